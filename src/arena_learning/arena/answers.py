@@ -1,0 +1,80 @@
+"""Answers: every contestant answers every prompt, turn by turn.
+
+A multi-turn prompt is answered one turn at a time: the request for turn t
+carries the user turns 1..t and the model's own answers to turns 1..t-1. All
+prompts' turn t go out together, so the engine stays busy and the ledger caches
+each turn separately (a killed run resumes mid-conversation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..engines.base import Engine, Request
+from ..records import Answer, Prompt
+from ..store import Store
+from .calls import CallStats, arun_requests
+
+
+@dataclass
+class AnswerResult:
+    answers: list[Answer]
+    incomplete: list[str]  # prompt ids with a failed turn: no answer is stored for them
+    stats: CallStats
+
+
+def conversation(prompt: Prompt, replies: Sequence[str], upto: int) -> list[dict[str, str]]:
+    """Return the messages for turn ``upto`` (0-based): user turns with the model's earlier replies."""
+    messages: list[dict[str, str]] = []
+    for t in range(upto + 1):
+        messages.append({"role": "user", "content": prompt.turns[t]})
+        if t < upto:
+            messages.append({"role": "assistant", "content": replies[t]})
+    return messages
+
+
+async def answer_prompts(
+    store: Store, model_name: str, engine: Engine, prompts: Sequence[Prompt], *, progress=None
+) -> AnswerResult:
+    """Return the model's answers to ``prompts``; prompts whose turns failed are listed, not answered."""
+    stats = CallStats()
+    replies: dict[str, list[str]] = {p.id: [] for p in prompts}
+    usage: dict[str, list[float]] = {p.id: [0, 0, 0.0] for p in prompts}
+    alive = list(prompts)
+    failed: list[str] = []
+    turn = 0
+    while alive:
+        batch = [p for p in alive if len(p.turns) > turn]
+        if not batch:
+            break
+        requests = [Request(messages=conversation(p, replies[p.id], turn)) for p in batch]
+        label = f"answer {model_name}" + (f" (turn {turn + 1})" if turn else "")
+        results = await arun_requests(store, engine, requests, label=label, stats=stats, progress=progress)
+        alive = []
+        for p, comp in zip(batch, results):
+            if comp is None:
+                failed.append(p.id)
+                continue
+            replies[p.id].append(comp.text)
+            u = usage[p.id]
+            u[0] += comp.tokens_in
+            u[1] += comp.tokens_out
+            u[2] += comp.latency_s
+            alive.append(p)
+        turn += 1
+    failed_set = set(failed)
+    answers = [
+        Answer(
+            prompt_id=p.id,
+            model=model_name,
+            turns=replies[p.id],
+            tokens_in=int(usage[p.id][0]),
+            tokens_out=int(usage[p.id][1]),
+            latency_s=usage[p.id][2],
+        )
+        for p in prompts
+        if p.id not in failed_set
+    ]
+    store.put_answers(answers)
+    return AnswerResult(answers=answers, incomplete=failed, stats=stats)

@@ -1,0 +1,206 @@
+"""``arena``: the command line. Thin: each command loads its inputs and calls one stage."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from . import pipeline
+from .arena.calls import CallStats
+from .config import RunConfig, load_config_file
+from .errors import ArenaError
+from .records import Rating
+from .store import Store
+
+app = typer.Typer(
+    help="Arena Learning: an offline machine-judged chatbot arena and the training-data flywheel on its battles.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()  # results only, so `--json` output can be piped
+err_console = Console(stderr=True)  # progress, call stats, warnings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ConfigArg = Annotated[Path, typer.Argument(help="YAML run config (see examples/quickstart.yaml)")]
+WorkspaceOpt = Annotated[
+    Path | None, typer.Option("--workspace", "-w", help="workspace directory (default: the config's, or workspaces/NAME)")
+]
+SetOpt = Annotated[
+    list[str] | None, typer.Option("--set", help="override a config field, e.g. --set tasks.n=90 (repeatable)")
+]
+
+
+def user_errors(fn: F) -> F:
+    """Print an ArenaError's message and exit with code 2 instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ArenaError as err:
+            err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _open(config: Path, workspace: Path | None, overrides: list[str] | None) -> tuple[RunConfig, Store]:
+    cfg = load_config_file(config, RunConfig, overrides)
+    store = Store(pipeline.workspace_for(cfg, workspace))
+    pipeline.save_config(cfg, store)
+    return cfg, store
+
+
+def print_call_stats(report: pipeline.AnswerReport, store: Store) -> None:
+    table = Table(title="model calls", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    width = max((len(n) for n in report.stats), default=5)
+    for col in ("model", "cached", "sent", "ok", "failed", "tok in", "tok out", "incomplete"):
+        if col == "model":
+            table.add_column(col, no_wrap=True, min_width=width)
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
+    total = CallStats()
+    for name, s in report.stats.items():
+        total.add(s)
+        table.add_row(name, str(s.cached), str(s.sent), str(s.ok), str(s.failed), str(s.tokens_in),
+                      str(s.tokens_out), str(report.incomplete.get(name, 0)))
+    err_console.print(table)
+    if total.errors:
+        err_console.print(f"[yellow]{total.failed} calls failed; they are retried on the next run. First error:[/] "
+                          f"{total.errors[0]}", highlight=False)
+
+
+def print_leaderboard(ratings: list[Rating], title: str = "leaderboard") -> None:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    width = max((len(r.model) for r in ratings), default=5)
+    for col in ("rank", "model", "rating", "95% CI", "wins", "losses", "ties", "battles"):
+        if col == "model":
+            table.add_column(col, no_wrap=True, min_width=width)
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
+    for r in ratings:
+        ci = f"{r.ci_low:.0f}..{r.ci_high:.0f}" if r.ci_low is not None and r.ci_high is not None else "-"
+        table.add_row(str(r.rank or ""), r.model, f"{r.rating:.1f}", ci, str(r.wins), str(r.losses), str(r.ties),
+                      str(r.battles))
+    console.print(table)
+
+
+@app.command()
+@user_errors
+def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None,
+        json_out: Annotated[bool, typer.Option("--json", help="print the leaderboard as JSON")] = False) -> None:
+    """Run every stage: test set, answers, battles, leaderboard."""
+    cfg, store = _open(config, workspace, set_)
+    with store:
+        prompts = pipeline.stage_prompts(cfg, store)
+        err_console.print(f"test set: {len(prompts)} prompts from the built-in task suite; workspace {store.root}")
+        report = pipeline.stage_answer(cfg, store)
+        print_call_stats(report, store)
+        battles = pipeline.stage_battle(cfg, store)
+        err_console.print(f"battles: {len(battles.battles)} judged by {cfg.judge.name}")
+        ratings = pipeline.stage_ratings(cfg, store)
+    _emit_board(ratings, json_out)
+
+
+@app.command()
+@user_errors
+def answer(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None) -> None:
+    """Have every contestant answer the test set (cached in the ledger)."""
+    cfg, store = _open(config, workspace, set_)
+    with store:
+        if not store.get_prompts(pipeline.TEST_SET):
+            pipeline.stage_prompts(cfg, store)
+        print_call_stats(pipeline.stage_answer(cfg, store), store)
+
+
+@app.command()
+@user_errors
+def battle(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None) -> None:
+    """Judge every pair of contestants on every prompt they both answered."""
+    cfg, store = _open(config, workspace, set_)
+    with store:
+        report = pipeline.stage_battle(cfg, store)
+    console.print(f"battles: {len(report.battles)} from {report.judged} judgments by {cfg.judge.name}")
+    for model, n in report.missing.items():
+        err_console.print(f"[yellow]{model}: {n} pairings skipped for want of an answer (rerun `arena answer`)")
+
+
+@app.command()
+@user_errors
+def leaderboard(
+    workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
+    json_out: Annotated[bool, typer.Option("--json", help="print the ratings as JSON")] = False,
+    csv: Annotated[Path | None, typer.Option("--csv", help="also write the ratings to this CSV file")] = None,
+) -> None:
+    """Print the Bradley-Terry leaderboard of a workspace's battles."""
+    if not (workspace / "arena.db").is_file():
+        raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
+    ratings = pipeline.workspace_board(workspace)
+    if csv is not None:
+        from .rating.commands import write_leaderboard_csv
+
+        write_leaderboard_csv(ratings, csv)
+    _emit_board(ratings, json_out)
+
+
+def _emit_board(ratings: list[Rating], json_out: bool) -> None:
+    if json_out:
+        from .rating.commands import ratings_to_json
+
+        sys.stdout.write(json.dumps(ratings_to_json(ratings), indent=2) + "\n")
+    else:
+        print_leaderboard(ratings)
+
+
+@app.command()
+@user_errors
+def serve(
+    config: Annotated[Path, typer.Option("--config", "-c", help="YAML run config that defines the model")],
+    model: Annotated[str | None, typer.Option("--model", "-m", help="name of the model in the config")] = None,
+    host: Annotated[str, typer.Option(help="address to bind; 127.0.0.1 keeps it on this machine")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+) -> None:
+    """Serve a configured model over an OpenAI-compatible HTTP API."""
+    from .engines import build_engine
+    from .engines.server import serve as run_server
+
+    cfg = load_config_file(config, RunConfig)
+    if model is None:
+        if len(cfg.models) != 1:
+            raise ArenaError(f"{config} defines {len(cfg.models)} models: choose one with --model NAME")
+        spec = cfg.models[0]
+    else:
+        spec = cfg.model(model)
+    engine = build_engine(spec)
+    run_server(spec.name, engine, host=host, port=port)
+
+
+def _register_extensions() -> None:
+    import importlib.util  # TEMPORARY until helpers land
+
+    if importlib.util.find_spec("arena_learning.rating.commands"):
+        from .rating import commands as rating_commands
+
+        rating_commands.register(app)
+    if importlib.util.find_spec("arena_learning.curate.commands"):
+        from .curate import commands as curate_commands
+
+        curate_commands.register(app)
+
+
+_register_extensions()
+
+
+def main() -> None:  # pragma: no cover
+    app()

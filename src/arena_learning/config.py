@@ -1,0 +1,224 @@
+"""The run config: one YAML file, validated on load, saved resolved in the workspace.
+
+Configs are pydantic models with ``extra="forbid"``, so an unknown key or a
+wrong type is an error that names the key and the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _format_validation(err: ValidationError, source: str) -> str:
+    lines = [f"invalid config in {source}:"]
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"  - {where}: unknown key (check its spelling and nesting)")
+        else:
+            got = e.get("input")
+            shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+            lines.append(f"  - {where}: {e['msg']} (got {shown})")
+    return "\n".join(lines)
+
+
+def validate_config(data: Any, model_cls: type[M], source: str = "<config>") -> M:
+    """Return ``data`` validated as ``model_cls``; a ConfigError names each bad key and ``source``."""
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation(err, source)) from None
+
+
+def load_config_file(path: str | Path, model_cls: type[M], overrides: list[str] | None = None) -> M:
+    """Return the YAML file at ``path`` validated as ``model_cls``.
+
+    ``overrides`` are ``dotted.key=value`` strings (value parsed as YAML) applied
+    before validation, so the CLI can change any field.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p} (give the path of a YAML run config)")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        raise ConfigError(f"config {where} is not valid YAML: {err}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {p} must be a mapping of keys to values, not {type(data).__name__}")
+    for item in overrides or []:
+        apply_override(data, item)
+    return validate_config(data, model_cls, str(p))
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Set ``a.b.c=value`` in nested ``data`` (lists indexed by number or by an item's ``name``)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key.subkey=value")
+    dotted, raw = item.split("=", 1)
+    value = yaml.safe_load(raw)
+    node: Any = data
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            idx = _list_index(node, part, dotted)
+            if last:
+                node[idx] = value
+            else:
+                node = node[idx]
+        else:
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+
+
+def _list_index(node: list[Any], part: str, dotted: str) -> int:
+    if part.isdigit() and int(part) < len(node):
+        return int(part)
+    for i, item in enumerate(node):
+        if isinstance(item, dict) and item.get("name") == part:
+            return i
+    raise ConfigError(f"override {dotted!r}: no list item {part!r}")
+
+
+# ---- models and engines ---------------------------------------------------------
+
+
+class PromptFormat(Section):
+    """How a conversation becomes text for a completion-mode (base) model.
+
+    Each turn is rendered as ``user_prefix + text + user_suffix`` and
+    ``assistant_prefix + text + assistant_suffix``; ``few_shot`` examples are
+    rendered the same way before the conversation; the model continues after the
+    final ``assistant_prefix``.
+    """
+
+    system: str = ""
+    user_prefix: str = "Question: "
+    user_suffix: str = "\n"
+    assistant_prefix: str = "Answer:"
+    assistant_suffix: str = "\n\n"
+    few_shot: list[tuple[str, str]] = Field(default_factory=list, description="(question, answer) pairs")
+    strip_answer: bool = True
+
+
+class SamplingParams(Section):
+    max_tokens: int = Field(256, ge=1)
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int = 0
+    stop: list[str] = Field(default_factory=list)
+
+
+class ModelSpec(Section):
+    """A contestant (or judge) model: which engine runs it and how it is prompted."""
+
+    name: str = Field(min_length=1)
+    engine: Literal["llamacpp", "openai"]
+    model: str = Field("bundled", description="'bundled', a GGUF path (llamacpp) or a served model id (openai)")
+    mode: Literal["chat", "completion"] = "chat"
+    chat_format: str | None = Field(None, description="llama.cpp chat format name, e.g. 'gemma' or 'chatml'")
+    chat_template: str | None = Field(None, description="a Jinja chat template (overrides chat_format)")
+    prompt_format: PromptFormat = Field(default_factory=PromptFormat)
+    params: SamplingParams = Field(default_factory=SamplingParams)
+    # llamacpp
+    n_ctx: int = 2048
+    n_threads: int | None = None
+    # openai-compatible
+    base_url: str | list[str] | None = None
+    api_key_env: str | None = Field(None, description="name of the environment variable that holds the API key")
+    concurrency: int = Field(16, ge=1, description="requests in flight per endpoint")
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(6, ge=0)
+    price_in: float = Field(0.0, ge=0, description="price per 1M input tokens")
+    price_out: float = Field(0.0, ge=0, description="price per 1M output tokens")
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.engine == "openai" and not self.base_url:
+            raise ValueError(f"model {self.name!r}: engine 'openai' needs base_url")
+        return self
+
+    @property
+    def base_urls(self) -> list[str]:
+        if self.base_url is None:
+            return []
+        return [self.base_url] if isinstance(self.base_url, str) else list(self.base_url)
+
+
+# ---- the run ---------------------------------------------------------------------
+
+
+class TasksConfig(Section):
+    """The built-in task suite as the test set."""
+
+    n: int = Field(270, ge=1, description="number of prompts, spread evenly over the categories")
+    seed: int = 0
+    categories: list[str] | None = Field(None, description="subset of the suite's categories (default: all)")
+
+
+class JudgeConfig(Section):
+    """Who scores the battles. ``verifier`` checks answers against the task suite's references."""
+
+    kind: Literal["verifier"] = "verifier"
+    name: str = "verifier"
+    tie_threshold: float = Field(0.0, ge=0.0, description="score gap at or under which a battle is a tie")
+
+
+class BattleConfig(Section):
+    schedule: Literal["all_pairs"] = "all_pairs"
+
+
+class RatingConfig(Section):
+    """Bradley-Terry ratings (scale 400, base 10, initial 1000)."""
+
+    anchor: str | None = Field(None, description="model fixed at anchor_rating (default: mean 1000)")
+    anchor_rating: float = 1000.0
+    bootstrap: int = Field(100, ge=0, description="bootstrap rounds for 95% CIs (0: none)")
+    resample: Literal["prompt", "battle"] = "prompt"
+    seed: int = 0
+
+
+class RunConfig(Section):
+    """One arena run: a test set, contestants, a judge, ratings."""
+
+    name: str = Field("arena", min_length=1)
+    workspace: str | None = Field(None, description="workspace directory (default: workspaces/<name>)")
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    models: list[ModelSpec] = Field(min_length=2, description="the contestants")
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    battles: BattleConfig = Field(default_factory=BattleConfig)
+    ratings: RatingConfig = Field(default_factory=RatingConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"model names must be unique; repeated: {', '.join(dupes)}")
+        if self.ratings.anchor is not None and self.ratings.anchor not in names:
+            raise ValueError(f"ratings.anchor {self.ratings.anchor!r} is not one of the models: {', '.join(names)}")
+        return self
+
+    def model(self, name: str) -> ModelSpec:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise ConfigError(f"no model named {name!r} in the config; models: {', '.join(m.name for m in self.models)}")

@@ -1,0 +1,121 @@
+"""The engine interface: submit many requests, get completions back.
+
+An engine turns a :class:`Request` into a :class:`Completion`. Engines own
+concurrency (how many requests are in flight, retries); stages never do. Every
+call goes through the ledger (``arena.calls``), never to an engine directly.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..config import ModelSpec, PromptFormat
+
+
+class Request(BaseModel):
+    """One completion request: chat messages or a raw prompt, and sampling params."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[dict[str, str]] | None = None
+    prompt: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Request:
+        if (self.messages is None) == (self.prompt is None):
+            raise ValueError("a Request has either messages or prompt, not both or neither")
+        return self
+
+    def payload(self) -> dict[str, Any]:
+        return {"messages": self.messages} if self.messages is not None else {"prompt": self.prompt}
+
+
+class Completion(BaseModel):
+    """What came back: the text, token counts and how long it took."""
+
+    text: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+
+
+class CallFailed(Exception):
+    """A request that failed after its retries; the ledger records the message."""
+
+
+class Engine(abc.ABC):
+    """Runs one ModelSpec. ``kind`` and ``model_id`` name it in the ledger key."""
+
+    kind: str = "base"
+
+    def __init__(self, spec: ModelSpec):
+        self.spec = spec
+
+    @property
+    def model_id(self) -> str:
+        return self.spec.model
+
+    @property
+    def concurrency(self) -> int:
+        """How many requests the caller should keep in flight."""
+        return 1
+
+    def default_params(self) -> dict[str, Any]:
+        """Return the spec's sampling params, which a request's own params override."""
+        return self.spec.params.model_dump()
+
+    def key_params(self, request: Request) -> dict[str, Any]:
+        """Return everything besides the messages that changes this call's output."""
+        params = {**self.default_params(), **request.params}
+        if self.spec.mode == "completion" and request.messages is not None:
+            params["prompt_format"] = self.spec.prompt_format.model_dump()
+        if self.spec.mode == "chat":
+            params["chat"] = self.spec.chat_template or self.spec.chat_format
+        return params
+
+    @abc.abstractmethod
+    async def complete(self, request: Request) -> Completion:
+        """Return the completion of ``request``; raise CallFailed when it cannot."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections or models."""
+
+
+def render_completion_prompt(fmt: PromptFormat, messages: list[dict[str, str]]) -> str:
+    """Return the text a base model continues: few-shot examples, then the conversation.
+
+    The conversation must end with a user turn; the text ends with the
+    assistant prefix so the model writes the next answer.
+    """
+    if not messages or messages[-1].get("role") != "user":
+        raise ValueError("a completion prompt needs a conversation that ends with a user turn")
+    parts: list[str] = []
+    system = fmt.system
+    for m in messages:
+        if m["role"] == "system":
+            system = m["content"]
+    if system:
+        parts.append(system)
+    for question, answer in fmt.few_shot:
+        parts.append(f"{fmt.user_prefix}{question}{fmt.user_suffix}{fmt.assistant_prefix} {answer}{fmt.assistant_suffix}")
+    for m in messages:
+        if m["role"] == "user":
+            parts.append(f"{fmt.user_prefix}{m['content']}{fmt.user_suffix}")
+        elif m["role"] == "assistant":
+            parts.append(f"{fmt.assistant_prefix} {m['content']}{fmt.assistant_suffix}")
+    parts.append(fmt.assistant_prefix)
+    return "".join(parts)
+
+
+def completion_stops(fmt: PromptFormat, stop: list[str]) -> list[str]:
+    """Return the stop strings of a completion-mode model: its own plus the next user turn."""
+    stops = list(stop)
+    marker = fmt.user_prefix.strip()
+    if marker and marker not in stops:
+        stops.append(marker)
+    return stops

@@ -1,0 +1,126 @@
+"""In-process llama.cpp through llama-cpp-python.
+
+One ``Llama`` per (file, context size, threads, chat format) is shared by every
+ModelSpec that names it, so three prompt formats of the bundled model load it
+once. llama.cpp is not thread-safe and already uses every core for one
+request, so requests run one at a time in a worker thread; the event loop stays
+free for the ledger and progress bars.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import threading
+import time
+from typing import Any
+
+from ..config import ModelSpec
+from ..errors import EngineError
+from .base import CallFailed, Completion, Engine, Request, completion_stops, render_completion_prompt
+from .bundled import resolve_model_path
+
+_MODELS: dict[tuple[Any, ...], tuple[Any, threading.Lock]] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_models() -> None:
+    # Free models before interpreter shutdown tears down llama_cpp's globals,
+    # which otherwise makes Llama.__del__ print a TypeError at exit.
+    with _MODELS_LOCK:
+        for llm, _ in _MODELS.values():
+            llm.close()
+        _MODELS.clear()
+
+
+def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
+    """Return the shared ``Llama`` for ``spec`` and the lock that serialises its use."""
+    path = resolve_model_path(spec.model)
+    n_threads = spec.n_threads or os.cpu_count() or 1
+    key = (str(path), spec.n_ctx, n_threads, spec.chat_format, spec.chat_template)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            try:
+                from llama_cpp import Llama
+            except ImportError as err:  # pragma: no cover - it is a dependency
+                raise EngineError("engine 'llamacpp' needs llama-cpp-python: pip install llama-cpp-python") from err
+            kwargs: dict[str, Any] = {
+                "model_path": str(path),
+                "n_ctx": spec.n_ctx,
+                "n_threads": n_threads,
+                "verbose": False,
+            }
+            if spec.chat_template:
+                from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+                kwargs["chat_handler"] = Jinja2ChatFormatter(
+                    template=spec.chat_template, eos_token="<eos>", bos_token="<bos>"
+                ).to_chat_handler()
+            elif spec.chat_format:
+                kwargs["chat_format"] = spec.chat_format
+            try:
+                llm = Llama(**kwargs)
+            except (ValueError, RuntimeError) as err:
+                raise EngineError(f"model {spec.name!r}: llama.cpp could not load {path}: {err}") from err
+            _MODELS[key] = (llm, threading.Lock())
+        return _MODELS[key]
+
+
+class LlamaCppEngine(Engine):
+    kind = "llamacpp"
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__(spec)
+        self.llm, self.lock = load_llama(spec)
+
+    @property
+    def model_id(self) -> str:
+        # The ledger keys on the file name, not the path, so a moved cache keeps its calls.
+        return os.path.basename(str(resolve_model_path(self.spec.model)))
+
+    async def complete(self, request: Request) -> Completion:
+        return await asyncio.to_thread(self.complete_sync, request)
+
+    def complete_sync(self, request: Request) -> Completion:
+        """Return the completion of ``request``, run in the calling thread."""
+        params = {**self.default_params(), **request.params}
+        extra = {k: params[k] for k in ("grammar", "response_format") if k in params}
+        kwargs = {
+            "max_tokens": params["max_tokens"],
+            "temperature": params["temperature"],
+            "top_p": params["top_p"],
+            "seed": params["seed"],
+        }
+        start = time.perf_counter()
+        try:
+            with self.lock:
+                if request.messages is not None and self.spec.mode == "chat":
+                    out = self.llm.create_chat_completion(
+                        messages=request.messages, stop=params["stop"] or None, **kwargs, **extra
+                    )
+                    text = out["choices"][0]["message"]["content"] or ""
+                else:
+                    stop = params["stop"]
+                    if request.messages is not None:
+                        fmt = self.spec.prompt_format
+                        prompt = render_completion_prompt(fmt, request.messages)
+                        stop = completion_stops(fmt, stop)
+                    else:
+                        prompt = request.prompt or ""
+                    out = self.llm.create_completion(prompt=prompt, stop=stop or None, **kwargs)
+                    text = out["choices"][0]["text"]
+                    if request.messages is not None and self.spec.prompt_format.strip_answer:
+                        text = text.strip()
+        except (ValueError, RuntimeError) as err:
+            # llama.cpp raises ValueError for a prompt longer than the context window.
+            raise CallFailed(f"llama.cpp: {err}") from err
+        usage = out.get("usage", {})
+        return Completion(
+            text=text,
+            tokens_in=usage.get("prompt_tokens", 0),
+            tokens_out=usage.get("completion_tokens", 0),
+            latency_s=time.perf_counter() - start,
+            finish_reason=out["choices"][0].get("finish_reason"),
+        )

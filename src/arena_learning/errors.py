@@ -1,0 +1,13 @@
+"""Errors a user can hit. The CLI prints their message and exits with code 2."""
+
+
+class ArenaError(Exception):
+    """A problem with the user's input: the message says what, where and what to do."""
+
+
+class ConfigError(ArenaError):
+    """A run config that does not validate."""
+
+
+class EngineError(ArenaError):
+    """An engine that cannot be built or reached (missing model file, unknown engine)."""

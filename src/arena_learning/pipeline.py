@@ -1,0 +1,131 @@
+"""The stages of a run, each a function of (config, store): prompts -> answers -> battles -> ratings.
+
+The CLI runs them all (``arena run``) or one at a time. Each stage reads the
+previous stage's artifacts from the store, so any stage can be rerun alone; the
+ledger makes a rerun free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .arena.answers import answer_prompts
+from .arena.battles import combine_games, plan_battles
+from .arena.calls import CallStats, make_progress
+from .arena.judges import VerifierJudge
+from .arena.schedule import all_pairs
+from .config import RunConfig
+from .curate.tasks import generate_tasks
+from .engines import build_engine
+from .errors import ArenaError
+from .records import Battle, Prompt, Rating
+from .store import Store
+
+TEST_SET = "test"
+
+
+def workspace_for(cfg: RunConfig, override: str | Path | None = None) -> Path:
+    """Return the workspace directory: the CLI's, else the config's, else workspaces/<name>."""
+    if override is not None:
+        return Path(override)
+    if cfg.workspace:
+        return Path(cfg.workspace)
+    return Path("workspaces") / cfg.name
+
+
+def save_config(cfg: RunConfig, store: Store) -> None:
+    """Save the resolved config beside the results (YAML for people, JSON in the store)."""
+    data = cfg.model_dump(mode="json")
+    (store.root / "config.resolved.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    store.set_meta("config", data)
+
+
+def load_saved_config(store: Store) -> RunConfig:
+    data = store.get_meta("config")
+    if data is None:
+        raise ArenaError(f"{store.root} holds no run: run `arena run CONFIG --workspace {store.root}` first")
+    return RunConfig.model_validate(data)
+
+
+def stage_prompts(cfg: RunConfig, store: Store) -> list[Prompt]:
+    """Make the test set (the built-in task suite) and store it."""
+    prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, categories=cfg.tasks.categories)
+    store.put_prompts(TEST_SET, prompts)
+    return prompts
+
+
+@dataclass
+class AnswerReport:
+    stats: dict[str, CallStats] = field(default_factory=dict)
+    incomplete: dict[str, int] = field(default_factory=dict)
+
+
+def stage_answer(cfg: RunConfig, store: Store, *, show_progress: bool = True) -> AnswerReport:
+    """Have every contestant answer the test set; return call stats per model."""
+    prompts = store.get_prompts(TEST_SET) or stage_prompts(cfg, store)
+    report = AnswerReport()
+
+    async def go(progress) -> None:
+        for spec in cfg.models:
+            engine = build_engine(spec)
+            result = await answer_prompts(store, spec.name, engine, prompts, progress=progress)
+            report.stats[spec.name] = result.stats
+            report.incomplete[spec.name] = len(result.incomplete)
+
+    if show_progress:
+        with make_progress() as progress:
+            asyncio.run(go(progress))
+    else:
+        asyncio.run(go(None))
+    # Kept for reports and for checking that a rerun sent only what the ledger lacked.
+    store.set_meta(
+        "answer_stats",
+        {name: {**vars(s), "errors": s.errors[:5], "incomplete": report.incomplete[name]} for name, s in report.stats.items()},
+    )
+    return report
+
+
+@dataclass
+class BattleReport:
+    battles: list[Battle]
+    judged: int
+    missing: dict[str, int]
+
+
+def stage_battle(cfg: RunConfig, store: Store) -> BattleReport:
+    """Judge every scheduled pair on every prompt; store judgments and battles."""
+    prompts = store.get_prompts(TEST_SET)
+    names = [m.name for m in cfg.models]
+    answers = [a for a in store.get_answers() if a.model in set(names)]
+    if not prompts or not answers:
+        raise ArenaError(f"{store.root} has no answers yet: run `arena answer` (or `arena run`) first")
+    plan = plan_battles(prompts, answers, all_pairs(names))
+    judge = VerifierJudge(cfg.judge.name, cfg.judge.tie_threshold)
+    judgments = judge.judge_pairs(plan.tasks)
+    store.put_judgments(judgments)
+    battles = combine_games(judgments, cfg.judge.tie_threshold)
+    store.put_battles(battles)
+    return BattleReport(battles=battles, judged=len(judgments), missing=plan.missing)
+
+
+def stage_ratings(cfg: RunConfig, store: Store) -> list[Rating]:
+    """Return the leaderboard of the stored battles."""
+    from .rating.bt import leaderboard
+
+    battles = store.get_battles(cfg.judge.name)
+    if not battles:
+        raise ArenaError(f"{store.root} has no battles yet: run `arena battle` (or `arena run`) first")
+    r = cfg.ratings
+    return leaderboard(
+        battles, anchor=r.anchor, anchor_rating=r.anchor_rating, bootstrap=r.bootstrap, resample=r.resample, seed=r.seed
+    )
+
+
+def workspace_board(path: str | Path) -> list[Rating]:
+    """Return the leaderboard of the run stored in the workspace at ``path``."""
+    with Store(path) as store:
+        return stage_ratings(load_saved_config(store), store)

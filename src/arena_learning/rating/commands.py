@@ -1,0 +1,170 @@
+"""CLI commands of the rating stage: ``arena ratings`` and ``arena compare``.
+
+Thin: read the input, call the stage function, print a table or JSON. Errors the user can
+fix are ``ArenaError``: printed on stderr, exit code 2. Warnings about the data (no exact
+ratings, skipped rows) go to stderr, so ``--json`` output stays machine-readable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import ArenaError
+from ..records import Rating
+from .export import ratings_to_json, write_leaderboard_csv
+
+__all__ = ["register", "ratings_to_json", "write_leaderboard_csv", "ratings_command", "compare_command"]
+
+
+RATINGS_HELP = (
+    "Rate the battles of a battle log (e.g. a public Chatbot Arena dump) with Bradley-Terry and bootstrap "
+    "intervals.\n\n"
+    "Prints rating, 95% interval, rank and rank with CI (1 + number of models confidently better) per model. "
+    "Rows with an unknown winner or a missing model are counted on stderr, not rated."
+)
+COMPARE_HELP = (
+    "Compare leaderboard BOARD_A with the reference leaderboard BOARD_B over the models on both.\n\n"
+    "Prints Spearman and Kendall correlation, agreement with 95% CI, separability with 95% CI, the pair-rank "
+    "Brier score and WizardArena's average consistency. Known CSV layouts (arena-hard, AlpacaEval, "
+    "`arena ratings --csv`) are recognised by their columns; a directory is read as an arena workspace."
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``ratings`` and ``compare`` commands to ``app``."""
+    app.command("ratings", help=RATINGS_HELP)(ratings_command)
+    app.command("compare", help=COMPARE_HELP)(compare_command)
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    """Print ArenaErrors and data warnings on stderr; exit 2 on an error."""
+    err = Console(stderr=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        except ArenaError as e:
+            err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        finally:
+            for w in caught:
+                if issubclass(w.category, UserWarning):
+                    err.print(f"[yellow]warning:[/yellow] {w.message}", highlight=False, soft_wrap=True)
+
+
+def _fmt(x: Optional[float], digits: int = 1) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def print_leaderboard(ratings: list[Rating], *, title: str, extra: dict[str, dict[str, float]] | None = None) -> None:
+    """Print ``ratings`` as a rich table on stdout; ``extra`` adds columns (name -> model -> value)."""
+    table = Table(title=title)
+    table.add_column("rank", justify="right", no_wrap=True)
+    table.add_column("CI rank", justify="right", no_wrap=True)
+    table.add_column("model", no_wrap=True, overflow="fold", ratio=1)
+    table.add_column("rating", justify="right", no_wrap=True)
+    table.add_column("95% CI", justify="right", no_wrap=True)
+    table.add_column("W-L-T", justify="right", no_wrap=True)
+    for name in extra or {}:
+        table.add_column(name, justify="right", no_wrap=True)
+    for r in ratings:
+        ci = "-" if r.ci_low is None or r.ci_high is None else f"{r.ci_low - r.rating:+.0f}/{r.ci_high - r.rating:+.0f}"
+        cells = [
+            str(r.rank), "-" if r.rank_ci is None else str(r.rank_ci), r.model, _fmt(r.rating), ci,
+            f"{r.wins}-{r.losses}-{r.ties}",
+        ]
+        cells += [_fmt((extra or {})[name].get(r.model)) for name in extra or {}]
+        table.add_row(*cells)
+    Console().print(table)
+
+
+def ratings_command(
+    battles: Annotated[Path, typer.Argument(help="Battle log in the Chatbot Arena format (model_a, model_b, winner; optional question_id): .json, .jsonl, .parquet or .csv.")],
+    bootstrap: Annotated[int, typer.Option("--bootstrap", "-b", help="Bootstrap rounds for the 95% intervals (0 = none).")] = 100,
+    anchor: Annotated[Optional[str], typer.Option(help="Model fixed at --anchor-rating (default: mean rating 1000).")] = None,
+    anchor_rating: Annotated[float, typer.Option(help="Rating of the anchor model.")] = 1000.0,
+    resample: Annotated[str, typer.Option(help="Bootstrap unit: 'prompt' (battles of one question_id together) or 'battle'.")] = "prompt",
+    ties: Annotated[str, typer.Option(help="Ties: 'half' (half a win each), 'drop', or 'davidson' (tie model).")] = "half",
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the leaderboard as JSON rows instead of a table.")] = False,
+    csv_path: Annotated[Optional[Path], typer.Option("--csv", help="Also write the leaderboard to this CSV file.")] = None,
+    elo_k: Annotated[Optional[float], typer.Option("--elo-k", help="Add an online-Elo column with this K factor (table only), for comparison.")] = None,
+) -> None:
+    """Print the Bradley-Terry leaderboard of a battle log (help text: ``RATINGS_HELP``)."""
+    from .battlelog import read_battle_log
+    from .bt import rate
+    from .elo import online_elo_table
+
+    with _user_errors():
+        table, report = read_battle_log(battles)
+        for line in report.lines():
+            Console(stderr=True).print(line, highlight=False, soft_wrap=True)
+        result = rate(table, anchor=anchor, anchor_rating=anchor_rating, bootstrap=bootstrap, resample=resample, ties=ties, seed=seed)
+        ratings = result.to_ratings()
+        if csv_path is not None:
+            write_leaderboard_csv(ratings, csv_path)
+        if as_json:
+            typer.echo(json.dumps(ratings_to_json(ratings), indent=2))
+        else:
+            extra = {f"online Elo k={elo_k:g}": online_elo_table(table, k=elo_k)} if elo_k else None
+            print_leaderboard(ratings, title=f"Bradley-Terry ratings of {battles.name} ({report.rated} battles)", extra=extra)
+
+
+def compare_command(
+    board_a: Annotated[str, typer.Argument(help="The leaderboard to check: a CSV/JSON file or an arena workspace directory.")],
+    board_b: Annotated[str, typer.Argument(help="The reference leaderboard (e.g. human Chatbot Arena, arena-hard, AlpacaEval CSV).")],
+    model_col: Annotated[Optional[str], typer.Option(help="Model-name column of the CSV files (default: guessed, else 'model').")] = None,
+    score_col: Annotated[Optional[str], typer.Option(help="Score column, higher is better (default: guessed, else 'score').")] = None,
+    lower_col: Annotated[Optional[str], typer.Option(help="Lower bound of the 95% interval (default: guessed, else 'lower').")] = None,
+    upper_col: Annotated[Optional[str], typer.Option(help="Upper bound of the 95% interval (default: guessed, else 'upper').")] = None,
+    match: Annotated[str, typer.Option(help="Model-name matching: 'loose' (case, '_' vs '-' ignored) or 'exact'.")] = "loose",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
+) -> None:
+    """Print the consistency of two leaderboards (help text: ``COMPARE_HELP``)."""
+    from .boards import read_board
+    from .consistency import compare_boards
+
+    with _user_errors():
+        cols = dict(model_col=model_col, score_col=score_col, lower_col=lower_col, upper_col=upper_col)
+        a = read_board(board_a, **cols)
+        b = read_board(board_b, **cols)
+        result = compare_boards(a.entries, b.entries, match=match)
+        if result.n_models < 2:
+            raise ArenaError(
+                f"only {result.n_models} model(s) are on both boards; nothing to compare "
+                "(check the names, or try --match loose)"
+            )
+        if as_json:
+            out = result.to_dict()
+            out.update(board_a=a.source, board_b=b.source, layout_a=a.layout, layout_b=b.layout)
+            typer.echo(json.dumps(out, indent=2))
+            return
+        console = Console()
+        t = Table(title=f"{Path(a.source).name} vs reference {Path(b.source).name}: {result.n_models} models on both")
+        t.add_column("metric")
+        t.add_column("value", justify="right")
+        t.add_column("note")
+        t.add_row("Spearman", _fmt(result.spearman, 3), "rank correlation of the scores")
+        t.add_row("Kendall tau-b", _fmt(result.kendall, 3), "")
+        t.add_row("agreement (95% CI)", _fmt(result.agreement, 3), f"over {result.agreement_pairs} pairs the reference separates")
+        t.add_row("separability (95% CI)", _fmt(result.separability, 3), f"of BOARD_A; reference: {_fmt(result.separability_reference, 3)}")
+        t.add_row("pair-rank Brier", _fmt(result.brier, 4), "0 is perfect, 0.25 a coin")
+        t.add_row("average consistency", _fmt(result.average, 3), "WizardArena: mean of Spearman, agreement, separability")
+        console.print(t)
+        if result.only_in_candidate or result.only_in_reference:
+            console.print(
+                f"not on both boards: {len(result.only_in_candidate)} only in BOARD_A, "
+                f"{len(result.only_in_reference)} only in BOARD_B",
+                highlight=False,
+            )

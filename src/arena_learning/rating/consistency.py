@@ -1,0 +1,219 @@
+"""Consistency of a leaderboard with a reference leaderboard.
+
+The metrics of the Arena-Hard paper (Li et al., 2024) and of WizardArena (Arena Learning,
+2024), on two boards of ``Rating`` records (``rating`` is the score, higher is better;
+``ci_low``/``ci_high`` its 95% interval, when known):
+
+* Spearman and Kendall (tau-b) correlation of the scores over the models on both boards.
+* Agreement with 95% CI: over the pairs the *reference* orders confidently (intervals do
+  not overlap), +1 when the candidate orders them the same way confidently, -1 when it
+  orders them the other way confidently, 0 when the candidate's intervals overlap; averaged.
+* Separability with 95% CI: the share of model pairs whose intervals do not overlap.
+* Pair-rank Brier score: over the pairs the reference orders confidently, the squared error
+  of the candidate's probability that the reference's better model is better, taken from
+  the candidate's intervals as normal errors: P = Phi((s_i - s_j) / sqrt(se_i^2 + se_j^2)),
+  se = (ci_high - ci_low) / (2 * 1.96). 0 is perfect, 0.25 is a coin.
+* WizardArena's average consistency: the mean of Spearman, agreement and the candidate's
+  separability.
+
+Two intervals "overlap" unless one lies strictly above the other. A model without an
+interval has none to overlap with: its pairs are left out of the CI metrics (and counted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import combinations
+
+import numpy as np
+from scipy import stats
+
+from ..errors import ArenaError
+from ..records import Rating
+
+MATCH_CHOICES = ("loose", "exact")
+
+
+def loose_name(name: str) -> str:
+    """Return the name used to match models across boards: lower case, ``_`` as ``-``, no spaces."""
+    return "".join(name.lower().replace("_", "-").split())
+
+
+@dataclass
+class Consistency:
+    """How well a candidate board agrees with a reference board (see the module docstring).
+
+    Every metric is None when too few models or pairs support it.
+    """
+
+    models: list[str]
+    spearman: float | None
+    kendall: float | None
+    agreement: float | None
+    agreement_pairs: int
+    separability: float | None
+    separability_reference: float | None
+    separable_pairs: int
+    brier: float | None
+    average: float | None
+    only_in_candidate: list[str] = field(default_factory=list)
+    only_in_reference: list[str] = field(default_factory=list)
+
+    @property
+    def n_models(self) -> int:
+        return len(self.models)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["n_models"] = self.n_models
+        return out
+
+
+def separated(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Return int8 (K, K): +1 where i is confidently above j, -1 where below, 0 otherwise.
+
+    ``lo``, ``hi``: float (K,) interval bounds; NaN (no interval) gives 0.
+    """
+    with np.errstate(invalid="ignore"):
+        above = lo[:, None] > hi[None, :]
+        below = hi[:, None] < lo[None, :]
+    return above.astype(np.int8) - below.astype(np.int8)
+
+
+def separability(lo: np.ndarray, hi: np.ndarray) -> float | None:
+    """Return the share of pairs of models (with intervals) whose intervals do not overlap."""
+    ok = ~(np.isnan(lo) | np.isnan(hi))
+    lo, hi = lo[ok], hi[ok]
+    k = lo.shape[0]
+    if k < 2:
+        return None
+    sep = separated(lo, hi)
+    iu = np.triu_indices(k, 1)
+    return float((sep[iu] != 0).mean())
+
+
+def agreement_with_ci(
+    cand_lo: np.ndarray, cand_hi: np.ndarray, ref_lo: np.ndarray, ref_hi: np.ndarray
+) -> tuple[float | None, int]:
+    """Return (agreement, number of pairs the reference separates); arrays float (K,) aligned by model."""
+    ref = separated(ref_lo, ref_hi)
+    cand = separated(cand_lo, cand_hi)
+    has = ~(np.isnan(cand_lo) | np.isnan(cand_hi))
+    iu = np.triu_indices(ref.shape[0], 1)
+    mask = (ref[iu] != 0) & has[iu[0]] & has[iu[1]]
+    n = int(mask.sum())
+    if n == 0:
+        return None, 0
+    # +1 same confident order, -1 opposite confident order, 0 candidate not confident
+    return float((ref[iu][mask] * cand[iu][mask]).mean()), n
+
+
+def pair_rank_brier(
+    cand_score: np.ndarray,
+    cand_lo: np.ndarray,
+    cand_hi: np.ndarray,
+    ref_score: np.ndarray,
+    ref_lo: np.ndarray,
+    ref_hi: np.ndarray,
+    *,
+    ci: float = 0.95,
+) -> float | None:
+    """Return the pair-rank Brier score (see the module docstring); arrays float (K,) aligned.
+
+    Pairs: those the reference separates confidently when it has intervals, otherwise all
+    pairs it orders strictly. A candidate without intervals predicts 1, 0.5 or 0.
+    """
+    k = ref_score.shape[0]
+    if k < 2:
+        return None
+    z = stats.norm.ppf(0.5 + ci / 2.0)
+    ref_has_ci = ~(np.isnan(ref_lo) | np.isnan(ref_hi))
+    ref_sep = separated(ref_lo, ref_hi)
+    se = np.where(np.isnan(cand_lo) | np.isnan(cand_hi), 0.0, (cand_hi - cand_lo) / (2.0 * z))
+    errors = []
+    for i, j in combinations(range(k), 2):
+        if ref_has_ci[i] and ref_has_ci[j]:
+            truth = ref_sep[i, j]
+        else:
+            truth = int(np.sign(ref_score[i] - ref_score[j]))
+        if truth == 0:
+            continue
+        gap = cand_score[i] - cand_score[j]
+        spread = math.hypot(se[i], se[j])
+        p_i_above = stats.norm.cdf(gap / spread) if spread > 0 else 0.5 * (1.0 + float(np.sign(gap)))
+        errors.append((p_i_above - (1.0 if truth > 0 else 0.0)) ** 2)
+    return float(np.mean(errors)) if errors else None
+
+
+def compare_boards(
+    candidate: Sequence[Rating],
+    reference: Sequence[Rating],
+    *,
+    match: str = "loose",
+    ci: float = 0.95,
+) -> Consistency:
+    """Return the consistency of ``candidate`` with ``reference`` over the models on both.
+
+    ``match="loose"`` matches names case-insensitively with ``_`` = ``-`` (``loose_name``);
+    ``"exact"`` needs identical names.
+    """
+    if match not in MATCH_CHOICES:
+        raise ArenaError(f"unknown match option {match!r}: use one of {', '.join(MATCH_CHOICES)}")
+    key: Callable[[str], str] = loose_name if match == "loose" else (lambda s: s)
+    cand = _index(candidate, key, "candidate")
+    ref = _index(reference, key, "reference")
+    shared = [k for k in cand if k in ref]
+    only_c = sorted(cand[k].model for k in cand if k not in ref)
+    only_r = sorted(ref[k].model for k in ref if k not in cand)
+    models = [cand[k].model for k in shared]
+
+    def arrays(board: dict[str, Rating]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        score = np.array([board[k].rating for k in shared], dtype=np.float64)
+        lo = np.array([np.nan if board[k].ci_low is None else board[k].ci_low for k in shared], dtype=np.float64)
+        hi = np.array([np.nan if board[k].ci_high is None else board[k].ci_high for k in shared], dtype=np.float64)
+        return score, lo, hi
+
+    cs, cl, ch = arrays(cand)
+    rs, rl, rh = arrays(ref)
+    spearman = kendall = None
+    if len(shared) >= 3 and np.ptp(cs) > 0 and np.ptp(rs) > 0:
+        spearman = float(stats.spearmanr(cs, rs).statistic)
+        kendall = float(stats.kendalltau(cs, rs).statistic)
+    agreement, n_agree = agreement_with_ci(cl, ch, rl, rh)
+    sep_c = separability(cl, ch)
+    sep_r = separability(rl, rh)
+    n_sep = int(np.triu(separated(cl, ch) != 0, 1).sum())
+    brier = pair_rank_brier(cs, cl, ch, rs, rl, rh, ci=ci)
+    parts = (spearman, agreement, sep_c)
+    average = float(np.mean(parts)) if all(p is not None for p in parts) else None
+    return Consistency(
+        models=models,
+        spearman=spearman,
+        kendall=kendall,
+        agreement=agreement,
+        agreement_pairs=n_agree,
+        separability=sep_c,
+        separability_reference=sep_r,
+        separable_pairs=n_sep,
+        brier=brier,
+        average=average,
+        only_in_candidate=only_c,
+        only_in_reference=only_r,
+    )
+
+
+def _index(board: Sequence[Rating], key: Callable[[str], str], which: str) -> dict[str, Rating]:
+    out: dict[str, Rating] = {}
+    for r in board:
+        k = key(r.model)
+        if k in out:
+            raise ArenaError(
+                f"the {which} board has two models that match as one name: {out[k].model!r} and {r.model!r}; "
+                "rename one, or use --match exact"
+            )
+        if not math.isfinite(r.rating):
+            raise ArenaError(f"the {which} board has no finite score for model {r.model!r}")
+        out[k] = r
+    return out

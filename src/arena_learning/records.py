@@ -1,0 +1,105 @@
+"""The nouns of the arena: plain typed records, validation only, no behaviour.
+
+Every stage takes and returns these. They serialise to JSON with ``model_dump``
+so the store keeps them as they are and a person can read them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Outcome = Literal["model_a", "model_b", "tie"]
+"""A battle's result, in Chatbot Arena / FastChat wording."""
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Prompt(Record):
+    """One test or training item: a conversation's user turns and what we know of it."""
+
+    id: str
+    turns: list[str] = Field(min_length=1, description="user turns, in order")
+    source: str = ""
+    category: str | None = None
+    cluster: str | None = None
+    difficulty: float | None = None
+    reference: list[str] | None = Field(
+        default=None, description="reference answer per turn (assistant turns of the source, or a key)"
+    )
+    checker: str | None = Field(default=None, description="name of the verifier checker for task-suite prompts")
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Answer(Record):
+    """A model's assistant turns for one prompt (one per user turn)."""
+
+    prompt_id: str
+    model: str
+    turns: list[str]
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+
+
+class Judgment(Record):
+    """One judge game: the two models in the order shown and the judge's scores."""
+
+    prompt_id: str
+    model_a: str = Field(description="the model shown first")
+    model_b: str = Field(description="the model shown second")
+    judge: str
+    scores_a: list[float] = Field(default_factory=list, description="per-turn scores of model_a")
+    scores_b: list[float] = Field(default_factory=list, description="per-turn scores of model_b")
+    score_a: float | None = None
+    score_b: float | None = None
+    verdict: Outcome | None = None
+    explanation: str = ""
+    raw: str = ""
+    status: Literal["ok", "failed"] = "ok"
+    flags: list[str] = Field(default_factory=list)
+
+
+class Battle(Record):
+    """The result of a pair of models on one prompt, combined over the judge's games."""
+
+    prompt_id: str
+    model_a: str
+    model_b: str
+    outcome: Outcome
+    score_a: float | None = None
+    score_b: float | None = None
+    score_gap: float = 0.0
+    judge: str = ""
+    games: int = 1
+
+
+class Rating(Record):
+    """A model's place on the leaderboard."""
+
+    model: str
+    rating: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    rank: int | None = None
+    rank_ci: int | None = None
+    wins: int = 0
+    losses: int = 0
+    ties: int = 0
+    battles: int = 0
+
+
+class SFTExample(Record):
+    messages: list[dict[str, str]]
+
+
+class PreferencePair(Record):
+    prompt: list[dict[str, str]]
+    chosen: list[dict[str, str]]
+    rejected: list[dict[str, str]]
+    margin: float = 0.0
+    chosen_model: str = ""
+    rejected_model: str = ""

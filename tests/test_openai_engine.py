@@ -1,0 +1,202 @@
+"""The `openai` engine against real HTTP servers on 127.0.0.1: `arena serve` over the bundled model,
+and scripted endpoints for rate limits, outages and load spreading."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from aiohttp import web
+
+from arena_learning.arena.calls import CallStats, run_requests
+from arena_learning.config import ModelSpec
+from arena_learning.engines import build_engine
+from arena_learning.engines.base import Request
+from arena_learning.store import Store
+
+from .conftest import SERVE_CONFIG, ThreadServer
+
+QUESTIONS = ["What is 2 + 3?", "What is the capital of France?", "Spell the word 'cat' backwards.",
+             "How many letters are in the word 'apple'?"]
+
+
+def chat(q):
+    return Request(messages=[{"role": "user", "content": q}])
+
+
+def openai_spec(base_url, **kw):
+    return ModelSpec(name="remote", engine="openai", model=kw.pop("model", "gemma-2shot"), base_url=base_url,
+                     params={"max_tokens": 16, "temperature": 0.0}, **kw)
+
+
+def test_openai_engine_through_arena_serve_equals_the_in_process_engine(served_model, tmp_path):
+    url, _ = served_model
+    import yaml
+
+    local_spec = ModelSpec.model_validate(yaml.safe_load(SERVE_CONFIG)["models"][0])
+    local = build_engine(local_spec)
+    expected = [local.complete_sync(chat(q)).text for q in QUESTIONS]
+
+    with Store(tmp_path) as store:
+        stats = CallStats()
+        got = run_requests(store, build_engine(openai_spec(url)), [chat(q) for q in QUESTIONS], stats=stats,
+                           show_progress=False)
+        assert [c.text for c in got] == expected
+        assert all(c.tokens_in > 0 and c.tokens_out > 0 for c in got)
+        assert (stats.sent, stats.ok, stats.cached) == (4, 4, 0)
+        # A rerun is served by the ledger: no request reaches the server.
+        before = httpx.get(url.removesuffix("/v1") + "/health").json()["requests"]
+        stats2 = CallStats()
+        again = run_requests(store, build_engine(openai_spec(url)), [chat(q) for q in QUESTIONS], stats=stats2,
+                             show_progress=False)
+        assert [c.text for c in again] == expected
+        assert (stats2.sent, stats2.cached) == (0, 4)
+        assert httpx.get(url.removesuffix("/v1") + "/health").json()["requests"] == before
+
+
+def test_arena_serve_speaks_the_openai_api(served_model):
+    url, _ = served_model
+    models = httpx.get(url + "/models").json()
+    assert [m["id"] for m in models["data"]] == ["gemma-2shot"]
+    r = httpx.post(url + "/completions", json={"model": "gemma-2shot", "prompt": "Question: What is 1 + 1?\nAnswer:",
+                                               "max_tokens": 4, "temperature": 0, "stop": "\n"}, timeout=60)
+    body = r.json()
+    assert r.status_code == 200 and body["object"] == "text_completion" and body["usage"]["completion_tokens"] >= 1
+    r = httpx.post(url + "/chat/completions", json={"model": "nope", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 404 and "not found" in r.json()["error"]["message"]
+    r = httpx.post(url + "/chat/completions", content=b"{not json")
+    assert r.status_code == 400
+
+
+def test_unknown_model_fails_at_once_and_is_recorded_not_cached(served_model, tmp_path):
+    url, _ = served_model
+    with Store(tmp_path) as store:
+        stats = CallStats()
+        out = run_requests(store, build_engine(openai_spec(url, model="nope")), [chat("hi")], stats=stats,
+                           show_progress=False)
+        assert out == [None] and stats.failed == 1 and "HTTP 404" in stats.errors[0]
+        assert store.call_counts() == {"error": 1}
+
+
+class Scripted:
+    """An OpenAI-like endpoint that fails the first `fail` requests with `status`, then answers."""
+
+    def __init__(self, fail=0, status=429, retry_after=None, name="s"):
+        self.fail, self.status, self.retry_after, self.name = fail, status, retry_after, name
+        self.requests = 0
+        self.auth = []
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self.server = ThreadServer(app)
+        self.url = self.server.url
+
+    async def handle(self, request):
+        self.requests += 1
+        self.auth.append(request.headers.get("Authorization"))
+        body = await request.json()
+        if self.requests <= self.fail:
+            headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+            return web.json_response({"error": {"message": "slow down"}}, status=self.status, headers=headers)
+        text = f"{self.name}:{body['messages'][-1]['content']}"
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text},
+                                               "finish_reason": "stop"}],
+                                  "usage": {"prompt_tokens": 5, "completion_tokens": 2}})
+
+
+@pytest.mark.parametrize("status,retry_after", [(429, 0), (503, None), (500, None)])
+def test_rate_limits_and_server_errors_are_retried(tmp_path, status, retry_after):
+    srv = Scripted(fail=2, status=status, retry_after=retry_after)
+    try:
+        engine = build_engine(openai_spec(srv.url, max_retries=3))
+        with Store(tmp_path) as store:
+            out = run_requests(store, engine, [chat("x")], show_progress=False)
+        assert out[0].text == "s:x" and srv.requests == 3 and engine.retries == 2
+    finally:
+        srv.server.close()
+
+
+def test_retry_after_is_honoured(tmp_path):
+    srv = Scripted(fail=1, status=429, retry_after=1)
+    try:
+        engine = build_engine(openai_spec(srv.url, max_retries=1))
+        import time
+
+        t = time.perf_counter()
+        with Store(tmp_path) as store:
+            out = run_requests(store, engine, [chat("x")], show_progress=False)
+        assert out[0].text == "s:x" and time.perf_counter() - t >= 0.95
+    finally:
+        srv.server.close()
+
+
+def test_exhausted_retries_are_recorded_and_retried_next_run(tmp_path):
+    srv = Scripted(fail=3, status=503)
+    try:
+        with Store(tmp_path) as store:
+            stats = CallStats()
+            out = run_requests(store, build_engine(openai_spec(srv.url, max_retries=1)), [chat("x")], stats=stats,
+                               show_progress=False)
+            assert out == [None] and stats.failed == 1 and "gave up after 2 attempts" in stats.errors[0]
+            assert store.call_counts() == {"error": 1}
+            out = run_requests(store, build_engine(openai_spec(srv.url, max_retries=1)), [chat("x")],
+                               show_progress=False)
+            assert out[0].text == "s:x" and srv.requests == 4
+            assert store.call_counts() == {"ok": 1}
+            (_, attempts), = store.db.execute("SELECT status, attempts FROM calls").fetchall()
+            assert attempts == 2
+    finally:
+        srv.server.close()
+
+
+def test_connection_errors_are_retried_then_fail(tmp_path):
+    from .conftest import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    with Store(tmp_path) as store:
+        stats = CallStats()
+        engine = build_engine(openai_spec(dead, max_retries=2))
+        out = run_requests(store, engine, [chat("x")], stats=stats, show_progress=False)
+    assert out == [None] and engine.retries == 2 and "ClientConnectorError" in stats.errors[0]
+
+
+def test_several_base_urls_spread_the_load_and_the_key_stays_out_of_the_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARENA_TEST_KEY", "sk-secret-123456")
+    a, b = Scripted(name="a"), Scripted(name="b")
+    try:
+        spec = openai_spec([a.url, b.url], concurrency=4, api_key_env="ARENA_TEST_KEY")
+        reqs = [chat(f"q{i}") for i in range(200)]
+        with Store(tmp_path) as store:
+            out = run_requests(store, build_engine(spec), reqs, show_progress=False)
+        assert [c.text.split(":")[1] for c in out] == [f"q{i}" for i in range(200)]
+        assert a.requests + b.requests == 200 and min(a.requests, b.requests) >= 50
+        assert set(a.auth + b.auth) == {"Bearer sk-secret-123456"}
+        for f in tmp_path.iterdir():
+            assert b"sk-secret-123456" not in f.read_bytes(), f
+    finally:
+        a.server.close()
+        b.server.close()
+
+
+def test_concurrency_limit_per_endpoint_is_respected(tmp_path):
+    in_flight, peak = 0, 0
+
+    async def slow(request):
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.02)
+        in_flight -= 1
+        return web.json_response({"choices": [{"message": {"content": "ok"}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", slow)
+    srv = ThreadServer(app)
+    try:
+        with Store(tmp_path) as store:
+            run_requests(store, build_engine(openai_spec(srv.url, concurrency=3)), [chat(str(i)) for i in range(30)],
+                         show_progress=False)
+        assert peak == 3
+    finally:
+        srv.close()

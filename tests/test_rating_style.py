@@ -1,0 +1,146 @@
+"""Style control: exact contextual Bradley-Terry, and a length-biased judge corrected."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+from arena_learning.errors import ArenaError
+from arena_learning.rating.counts import A_WINS, B_WINS, TIE, BattleTable
+from arena_learning.rating.style import (
+    STYLE_FEATURES,
+    answer_style,
+    normalised_difference,
+    rate_style,
+    style_control,
+    style_features,
+)
+from arena_learning.records import Battle
+
+ELO = 400.0 / math.log(10.0)
+
+
+def biased_arena(rng, n=12_000, k=5, length_weight=1.2):
+    """A judge that rewards length: model m00 writes twice as long but is no better."""
+    true = np.linspace(-100, 100, k)
+    a = rng.integers(0, k, n)
+    b = (a + rng.integers(1, k, n)) % k
+    verbose = np.where(np.arange(k) == 0, 2.0, 1.0)
+    len_a = rng.poisson(200 * verbose[a]).astype(float) + 1
+    len_b = rng.poisson(200 * verbose[b]).astype(float) + 1
+    bold_a = rng.poisson(1.0, n).astype(float)
+    bold_b = rng.poisson(1.0, n).astype(float)
+    nd = (len_a - len_b) / (len_a + len_b)
+    z = (true[a] - true[b]) / ELO + length_weight * nd
+    p = 1 / (1 + np.exp(-z))
+    p_tie = 0.2 * 4 * p * (1 - p)
+    u = rng.random(n)
+    outcome = np.where(u < p - p_tie / 2, A_WINS, np.where(u < p + p_tie / 2, TIE, B_WINS)).astype(np.int8)
+    names = np.array([f"m{i:02d}" for i in range(k)], dtype=object)
+    table = BattleTable.from_arrays(names[a], names[b], outcome, np.arange(n) // 2)
+    fa = np.stack([len_a, bold_a], 1)
+    fb = np.stack([len_b, bold_b], 1)
+    return table, fa, fb, true + 1000
+
+
+def test_style_fit_equals_sklearn_logistic_regression_with_style_columns():
+    table, fa, fb, _ = biased_arena(np.random.default_rng(1), n=4000)
+    result = rate_style(table, fa, fb, feature_names=["length", "bold"], bootstrap=0)
+    nd = normalised_difference(fa, fb)
+    s = (nd - nd.mean(0)) / nd.std(0)
+    n, k = table.n_battles, table.n_models
+    x = np.zeros((n, k))
+    x[np.arange(n), table.model_a] = 1
+    x[np.arange(n), table.model_b] = -1
+    x = np.hstack([x, s])
+    tie = table.outcome == TIE
+    y = (table.outcome == A_WINS).astype(float)
+    y[tie] = 1
+    x2 = np.vstack([x, x[tie]])
+    y2 = np.concatenate([y, np.zeros(tie.sum())])
+    w2 = np.concatenate([np.where(tie, 0.5, 1.0), np.full(tie.sum(), 0.5)])
+    lr = LogisticRegression(fit_intercept=False, C=np.inf, tol=1e-14, max_iter=10_000, solver="newton-cg")
+    lr.fit(x2, y2, sample_weight=w2)
+    expected = lr.coef_[0][:k] * ELO
+    expected += 1000 - expected.mean()
+    assert np.abs(result.controlled.ratings - expected).max() < 1e-6
+    np.testing.assert_allclose(result.coefficients, lr.coef_[0][k:], atol=1e-9)
+
+
+def test_style_control_removes_a_length_bias_that_plain_ratings_keep():
+    table, fa, fb, true = biased_arena(np.random.default_rng(2))
+    result = rate_style(table, fa, fb, feature_names=["length", "bold"], bootstrap=40, resample="prompt")
+    i = table.models.index("m00")
+    true_m00 = true[0]
+    # plain BT credits m00 for its length; with control it is back near its true rating
+    assert result.plain.ratings[i] - true_m00 > 40
+    assert abs(result.controlled.ratings[i] - true_m00) < 30
+    length, bold = result.coefficients
+    assert length > 0.1 and abs(bold) < 0.05
+    assert result.coef_ci_low[0] > 0 and result.coef_ci_low[1] < 0 < result.coef_ci_high[1]
+    lo, hi = result.controlled.ci_low[i], result.controlled.ci_high[i]
+    assert lo < result.controlled.ratings[i] < hi
+
+
+def random_answer(rng, fancy: bool) -> str:
+    words = " ".join(["word"] * int(rng.integers(5, 60)))
+    if not fancy:
+        return words
+    parts = ["# Heading"] * int(rng.integers(0, 3)) + [words]
+    parts += [f"- item {j}" for j in range(int(rng.integers(0, 5)))]
+    parts += ["**key point**"] * int(rng.integers(0, 4))
+    return "\n".join(parts)
+
+
+def test_style_control_from_battle_records_and_texts():
+    rng = np.random.default_rng(4)
+    battles, fa, fb = [], [], []
+    # "styled" formats its answers on odd prompts only; the judge prefers formatted answers
+    for i in range(900):
+        a, b = [("plain", "styled"), ("styled", "other"), ("other", "plain")][i % 3]
+        fancy = {"plain": False, "other": False, "styled": bool((i // 3) % 2)}
+        text = {m: random_answer(rng, fancy[m]) for m in (a, b)}
+        p_a = 0.8 if fancy[a] else (0.2 if fancy[b] else 0.5)
+        outcome = "model_a" if rng.random() < p_a else "model_b"
+        battles.append(Battle(prompt_id=f"p{i // 3}", model_a=a, model_b=b, outcome=outcome))
+        fa.append(answer_style(text[a]))
+        fb.append(answer_style(text[b]))
+    result = style_control(battles, np.array(fa), np.array(fb), bootstrap=0)
+    assert result.feature_names == list(STYLE_FEATURES)
+    # plain ratings credit "styled" for its formatting; controlled ones much less
+    plain_gap = result.plain.rating_of("styled") - result.plain.rating_of("plain")
+    controlled_gap = result.controlled.rating_of("styled") - result.controlled.rating_of("plain")
+    assert plain_gap > 50 and abs(controlled_gap) < 30, (plain_gap, controlled_gap)
+    assert sum(result.coefficients[1:]) > 0.5  # headers + lists + bold carry the preference
+
+
+def test_style_that_only_follows_the_model_is_an_arena_error():
+    battles, fa, fb = [], [], []
+    for i in range(40):
+        a, b = ("terse", "fancy") if i % 2 else ("fancy", "terse")
+        battles.append(Battle(prompt_id=f"p{i}", model_a=a, model_b=b, outcome="model_a" if i % 3 else "model_b"))
+        fa.append(answer_style("short" if a == "terse" else "a **much** longer answer"))
+        fb.append(answer_style("short" if b == "terse" else "a **much** longer answer"))
+    with pytest.raises(ArenaError, match="cannot separate the style features"):
+        style_control(battles, np.array(fa), np.array(fb), bootstrap=0)
+
+
+def test_answer_style_counts_markdown():
+    text = "# Title\n## Sub\nSome **bold** and __also bold__ text.\n\n- one\n* two\n+ three\n1. four\n2) five\n#hashtag"
+    length, headers, lists, bold = answer_style(text)
+    assert (headers, lists, bold) == (2, 5, 2)
+    assert length == len(text.split())
+    np.testing.assert_array_equal(style_features(["a b", ""]), [[2, 0, 0, 0], [0, 0, 0, 0]])
+
+
+def test_normalised_difference_is_zero_when_both_are_zero_and_rejects_bad_input():
+    nd = normalised_difference(np.array([[3.0, 0.0]]), np.array([[1.0, 0.0]]))
+    np.testing.assert_allclose(nd, [[0.5, 0.0]])
+    with pytest.raises(ArenaError, match="negative"):
+        normalised_difference(np.array([[-1.0]]), np.array([[1.0]]))
+    table, fa, fb, _ = biased_arena(np.random.default_rng(3), n=500)
+    with pytest.raises(ArenaError, match="davidson"):
+        rate_style(table, fa, fb, feature_names=["length", "bold"], ties="davidson")

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import sqlite3
+
+from arena_learning.records import Answer, Battle, Prompt
+from arena_learning.store import Store, call_key
+
+
+def row(key, status, **kw):
+    base = {"key": key, "engine": "openai", "model": "m", "request": {"messages": [{"role": "user", "content": "hi"}]}}
+    return {**base, "status": status, **kw}
+
+
+def test_store_is_a_wal_sqlite_file(tmp_path):
+    Store(tmp_path / "ws").close()
+    db = sqlite3.connect(tmp_path / "ws" / "arena.db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"calls", "prompts", "answers", "judgments", "battles", "meta"} <= tables
+
+
+def test_call_key_depends_on_every_part_and_not_on_dict_order():
+    k = call_key("openai", "m", {"a": 1, "b": 2}, {"messages": [{"role": "user", "content": "x"}]})
+    assert k == call_key("openai", "m", {"b": 2, "a": 1}, {"messages": [{"role": "user", "content": "x"}]})
+    assert k != call_key("llamacpp", "m", {"a": 1, "b": 2}, {"messages": [{"role": "user", "content": "x"}]})
+    assert k != call_key("openai", "m2", {"a": 1, "b": 2}, {"messages": [{"role": "user", "content": "x"}]})
+    assert k != call_key("openai", "m", {"a": 1, "b": 3}, {"messages": [{"role": "user", "content": "x"}]})
+    assert k != call_key("openai", "m", {"a": 1, "b": 2}, {"messages": [{"role": "user", "content": "y"}]})
+
+
+def test_failure_is_retried_and_success_is_never_overwritten(tmp_path):
+    with Store(tmp_path) as s:
+        s.record_calls([row("k1", "error", error="HTTP 503")])
+        rec = s.lookup_calls(["k1"])["k1"]
+        assert (rec.status, rec.error, rec.response) == ("error", "HTTP 503", None)
+        s.record_calls([row("k1", "ok", response={"text": "hello"}, tokens_in=3, tokens_out=1)])
+        rec = s.lookup_calls(["k1"])["k1"]
+        assert (rec.status, rec.response, rec.attempts) == ("ok", {"text": "hello"}, 2)
+        s.record_calls([row("k1", "error", error="late failure"), row("k1", "ok", response={"text": "other"})])
+        rec = s.lookup_calls(["k1"])["k1"]
+        assert (rec.status, rec.response, rec.error, rec.attempts) == ("ok", {"text": "hello"}, None, 2)
+        assert s.call_counts() == {"ok": 1}
+        assert s.usage_by_model() == [("openai", "m", 1, 3, 1)]
+
+
+def test_lookup_handles_more_keys_than_sqlite_variables(tmp_path):
+    with Store(tmp_path) as s:
+        s.record_calls([row(f"k{i}", "ok", response={"text": str(i)}) for i in range(1200)])
+        found = s.lookup_calls([f"k{i}" for i in range(0, 1500)])
+        assert len(found) == 1200 and found["k1199"].response == {"text": "1199"}
+
+
+def test_artifacts_round_trip_and_survive_reopening(tmp_path):
+    prompts = [Prompt(id=f"p{i}", turns=[f"q{i}", "follow-up"], category="c") for i in range(3)]
+    with Store(tmp_path) as s:
+        s.put_prompts("test", prompts)
+        s.put_answers([Answer(prompt_id="p0", model="m", turns=["a", "b"], tokens_out=2)])
+        s.put_battles([Battle(prompt_id="p0", model_a="m", model_b="n", outcome="tie", judge="j")])
+        s.set_meta("config", {"name": "x"})
+    with Store(tmp_path) as s:
+        assert s.get_prompts("test") == prompts
+        assert s.get_answers("m")[0].turns == ["a", "b"]
+        assert s.get_battles("j")[0].outcome == "tie"
+        assert s.get_meta("config") == {"name": "x"}
+        assert s.prompt_sets() == {"test": 3}

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import pytest
+
+from arena_learning.curate.tasks import CATEGORIES, check, check_list, check_numeric, check_text, check_exact, generate_tasks
+from arena_learning.records import Prompt
+
+
+def test_suite_covers_at_least_eight_categories_evenly():
+    prompts = generate_tasks(90, seed=3)
+    cats = [p.category for p in prompts]
+    assert len(CATEGORIES) >= 8
+    assert set(cats) == set(CATEGORIES)
+    assert max(cats.count(c) for c in CATEGORIES) - min(cats.count(c) for c in CATEGORIES) <= 1
+
+
+def test_generation_is_seeded_distinct_and_stable():
+    a, b = generate_tasks(60, seed=7), generate_tasks(60, seed=7)
+    assert [p.model_dump() for p in a] == [p.model_dump() for p in b]
+    assert len({p.turns[0] for p in a}) == 60
+    assert len({p.id for p in a}) == 60
+    assert [p.turns for p in generate_tasks(60, seed=8)] != [p.turns for p in a]
+    # An id is the question's: the same question keeps its id in any set.
+    c = generate_tasks(120, seed=7)
+    ids_c = {p.turns[0]: p.id for p in c}
+    assert all(ids_c[p.turns[0]] == p.id for p in a if p.turns[0] in ids_c)
+
+
+def test_every_generated_reference_scores_ten_with_its_own_checker():
+    for p in generate_tasks(180, seed=1):
+        assert check(p, [p.reference[0]]) == 10.0, p
+        assert check(p, ["I do not know"]) == 0.0, p
+
+
+def test_unknown_category_is_an_error():
+    with pytest.raises(ValueError, match="unknown task categories"):
+        generate_tasks(5, categories=["astrology"])
+
+
+@pytest.mark.parametrize(
+    "answer,score",
+    [("42", 10), (" 42.", 10), ("The answer is 42", 10), ("42,000", 0), ("41", 0), ("It is 40 or 42", 3), ("", 0)],
+)
+def test_numeric_checker(answer, score):
+    assert check_numeric(answer, "42", {}) == score
+
+
+def test_numeric_checker_gives_partial_credit_for_close_arithmetic():
+    meta = {"closeness": True}
+    assert check_numeric("1001", "1000", meta) == 7
+    assert check_numeric("1050", "1000", meta) == 3
+    assert check_numeric("2000", "1000", meta) == 0
+    assert check_numeric("12,345", "12345", meta) == 10
+
+
+@pytest.mark.parametrize(
+    "answer,score", [("Paris", 10), ("paris.", 10), ("The answer is Paris", 10), ("It is in Paris, France", 6),
+                     ("Lyon", 0), ("Parisian", 0)],
+)
+def test_text_checker(answer, score):
+    assert check_text(answer, "Paris", {}) == score
+
+
+@pytest.mark.parametrize("answer,score", [("RIVER", 10), ("'RIVER'.", 10), ("river", 5), ("The word is RIVER", 4),
+                                          ("RIVR", 0)])
+def test_exact_checker(answer, score):
+    assert check_exact(answer, "RIVER", {}) == score
+
+
+@pytest.mark.parametrize(
+    "answer,score", [("3, 4, 41", 10), ("3 4 41", 10), ("3, 41, 4", pytest.approx(8 / 3, abs=0.01)), ("41, 4, 3", pytest.approx(8 / 3, abs=0.01)),
+                     ("3, 4", 0), ("1, 2, 3", 0)],
+)
+def test_list_checker_credits_positions_only_for_the_same_items(answer, score):
+    assert check_list(answer, "3,4,41", {}) == score
+
+
+def test_multi_turn_prompt_scores_the_mean_of_its_turns():
+    p = Prompt(id="x", turns=["What is 2 + 2?", "And 3 + 3?"], reference=["4", "6"], checker="numeric")
+    assert check(p, ["4", "7"]) == 5.0
+    assert check(p, ["4"]) == 5.0  # a missing turn scores 0
+
+
+def test_prompt_without_reference_cannot_be_verified():
+    with pytest.raises(ValueError, match="no reference answer"):
+        check(Prompt(id="open", turns=["Write a poem"]), ["..."])
