@@ -292,14 +292,30 @@ def _expected_cov_prompt_bootstrap(table, cells):
     return table.n_prompts * mean, table.n_prompts * centred.T @ centred / table.n_prompts
 
 
-@pytest.mark.parametrize("per_prompt", [4, 1000])
-def test_prompt_bootstrap_counts_have_the_moments_of_resampling_prompts(per_prompt):
-    # per_prompt=4 gives many distinct prompt patterns (drawn by index), 1000 few (multinomial)
+def doubled(table):
+    """Every battle judged twice with the same verdict, both games in one prompt."""
+    return BattleTable(
+        table.models,
+        np.repeat(table.model_a, 2),
+        np.repeat(table.model_b, 2),
+        np.repeat(table.outcome, 2),
+        np.repeat(table.prompt, 2),
+    )
+
+
+@pytest.mark.parametrize("structure", ["many patterns", "few patterns"])
+def test_prompt_bootstrap_counts_have_the_moments_of_resampling_prompts(structure):
+    # many distinct prompts (4 random battles each) are drawn prompt by prompt; few
+    # patterns (each prompt = one battle judged twice) by a multinomial over patterns
     rng = np.random.default_rng(5)
-    table = simulate_table(np.linspace(900, 1100, 5), 4000, rng, per_prompt=per_prompt)
+    if structure == "many patterns":
+        table = simulate_table(np.linspace(900, 1100, 5), 4000, rng, per_prompt=4)
+    else:
+        table = doubled(simulate_table(np.linspace(900, 1100, 4), 3000, rng))
     cells = CellCounts.from_table(table)
     patterns = PromptPatterns.from_table(table, cells)
     assert patterns.n_prompts == table.n_prompts
+    assert (patterns.multiplicity.shape[0] > 500) == (structure == "many patterns")
     mean, cov = _expected_cov_prompt_bootstrap(table, cells)
     draws = np.concatenate(list(bootstrap_counts(cells, patterns, 4000, np.random.default_rng(0), chunk=500)))
     se = np.sqrt(np.diag(cov) / draws.shape[0])
@@ -309,20 +325,25 @@ def test_prompt_bootstrap_counts_have_the_moments_of_resampling_prompts(per_prom
     np.testing.assert_allclose(np.diag(emp)[big], np.diag(cov)[big], rtol=0.15)
 
 
+def test_prompt_bootstrap_does_not_depend_on_the_number_of_threads():
+    table = simulate_table(np.linspace(900, 1100, 5), 3000, np.random.default_rng(6), per_prompt=3)
+    cells = CellCounts.from_table(table)
+    patterns = PromptPatterns.from_table(table, cells)
+
+    def draw(threads, chunk):
+        gen = bootstrap_counts(cells, patterns, 50, np.random.default_rng(1), chunk=chunk, threads=threads)
+        return np.concatenate(list(gen))
+
+    np.testing.assert_array_equal(draw(1, 50), draw(3, 50))
+
+
 def test_prompt_bootstrap_widens_intervals_when_games_of_a_prompt_are_copies():
     # each prompt is judged twice with the same verdict: 2N battles carry N battles of
     # information, so honest intervals are sqrt(2) wider than the battle bootstrap's
     rng = np.random.default_rng(9)
-    base = simulate_table(np.linspace(850, 1150, 6), 3000, rng)
-    doubled = BattleTable(
-        base.models,
-        np.repeat(base.model_a, 2),
-        np.repeat(base.model_b, 2),
-        np.repeat(base.outcome, 2),
-        np.repeat(base.prompt, 2),
-    )
-    by_prompt = rate(doubled, bootstrap=400, resample="prompt")
-    by_battle = rate(doubled, bootstrap=400, resample="battle")
+    copies = doubled(simulate_table(np.linspace(850, 1150, 6), 3000, rng))
+    by_prompt = rate(copies, bootstrap=400, resample="prompt")
+    by_battle = rate(copies, bootstrap=400, resample="battle")
     ratio = np.mean(by_prompt.boot.std(0)) / np.mean(by_battle.boot.std(0))
     assert 1.25 < ratio < 1.6
 
@@ -362,3 +383,27 @@ def test_bootstrap_intervals_cover_the_true_ratings_90_to_99_percent_of_the_time
         hits.append((result.ci_low <= t) & (t <= result.ci_high))
     coverage = float(np.mean(hits))
     assert 0.90 <= coverage <= 0.99, coverage
+
+
+@pytest.mark.parametrize("ties", ["half", "drop", "davidson"])
+def test_every_tie_option_gives_finite_intervals_around_the_point(small_table, ties):
+    result = rate(small_table, bootstrap=40, ties=ties)
+    assert np.all(np.isfinite(result.ci_low)) and np.all(np.isfinite(result.ci_high))
+    assert np.all(result.ci_low <= result.median) and np.all(result.median <= result.ci_high)
+    assert np.all(result.ci_low < result.ratings) and np.all(result.ratings < result.ci_high)
+    assert (result.tie_param is not None) == (ties == "davidson")
+
+
+def test_bootstrap_rounds_that_lose_a_models_only_loss_or_only_battle_are_reported():
+    battles = [_battle(f"w{i}", "hero", "b", "model_a") for i in range(12)] + [_battle("l", "b", "hero", "model_a")]
+    battles += [_battle(f"q{i}", "b", "c", "model_a" if i % 2 else "model_b") for i in range(20)]
+    battles += [_battle("once", "rare", "c", "model_a"), _battle("twice", "c", "rare", "model_a")]
+    with pytest.warns(RatingWarning) as caught:
+        result = rate(BattleTable.from_battles(battles), bootstrap=200, resample="battle")
+    messages = " ".join(str(w.message) for w in caught)
+    assert "bootstrap rounds had a model that never won or never lost" in messages
+    assert "left out every battle of some model" in messages
+    assert not result.settings["prior_used"]  # the point estimate is the exact MLE
+    assert np.all(np.isfinite(result.ci_low)) and np.all(np.isfinite(result.ci_high))
+    rare = result.models.index("rare")
+    assert np.isnan(result.boot[:, rare]).any() and not np.isnan(result.boot[:, rare]).all()

@@ -83,6 +83,9 @@ def test_style_control_removes_a_length_bias_that_plain_ratings_keep():
     assert result.coef_ci_low[0] > 0 and result.coef_ci_low[1] < 0 < result.coef_ci_high[1]
     lo, hi = result.controlled.ci_low[i], result.controlled.ci_high[i]
     assert lo < result.controlled.ratings[i] < hi
+    rows = {r["model"]: r for r in result.to_rows()}
+    assert rows["m00"]["delta"] == pytest.approx(result.controlled.ratings[i] - result.plain.ratings[i])
+    assert rows["m00"]["rank"] < rows["m00"]["rank_controlled"]  # m00 drops once length is credited
 
 
 def random_answer(rng, fancy: bool) -> str:

@@ -138,12 +138,13 @@ def _read_workspace(path: Path) -> Board:
     # imported here: the workspace belongs to the pipeline, which rating must not need
     try:
         from arena_learning import workspace_board
+
+        entries = list(workspace_board(path))
     except ImportError as err:
         raise ArenaError(
             f"{path} is a directory, but reading workspaces is not available in this install ({err}); "
             "export its leaderboard with `arena leaderboard WORKSPACE --csv FILE` and compare the file"
         ) from None
-    entries = list(workspace_board(path))
     if not entries:
         raise ArenaError(f"workspace {path} has no leaderboard yet: run the battles first")
     return Board(str(path), "workspace", entries)

@@ -127,7 +127,8 @@ def leaderboard(
     """Return the Bradley-Terry leaderboard of ``battles``, best first.
 
     See ``rate`` for the options; this is ``rate(BattleTable.from_battles(battles), ...)``
-    turned into ``Rating`` records. Deterministic for a given ``seed``.
+    turned into ``Rating`` records. Each ``Battle`` counts once whatever its ``games``
+    (a battle is already the judge's combined verdict). Deterministic for a given ``seed``.
     """
     table = BattleTable.from_battles(battles)
     result = rate(
@@ -316,7 +317,7 @@ def fit_counts(
     """
     w = np.asarray(wins, dtype=np.float64)
     squeeze = w.ndim == 2
-    w = np.atleast_3d(w) if not squeeze else w[None]
+    w = w[None] if squeeze else w
     t = np.zeros_like(w) if ties is None else np.asarray(ties, dtype=np.float64).reshape(w.shape)
     present = (w + w.transpose(0, 2, 1) + t).sum(-1) > 0
     prior = np.broadcast_to(np.asarray(prior_games, dtype=np.float64), (w.shape[0],)).copy()

@@ -17,6 +17,7 @@ Bootstrap rounds are drawn as counts too:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -234,9 +235,14 @@ class PromptPatterns:
         for _ in range(2):
             weights = rng.integers(1, 2**63, size=cells.n_cells, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
             keys.append(np.add.reduceat(data * weights[x.indices], x.indptr[:-1]))
-        stacked = np.stack(keys, axis=1)
-        _, first, inverse, multiplicity = np.unique(stacked, axis=0, return_index=True, return_inverse=True, return_counts=True)
-        inverse = inverse.ravel()
+        # group equal (h1, h2) keys: a lexsort is several times faster than unique(axis=0)
+        order = np.lexsort((keys[1], keys[0]))
+        h1, h2 = keys[0][order], keys[1][order]
+        starts = np.flatnonzero(np.concatenate([[True], (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1])]))
+        first = order[starts]
+        multiplicity = np.diff(np.append(starts, n_prompts))
+        inverse = np.empty(n_prompts, dtype=np.int64)
+        inverse[order] = np.repeat(np.arange(starts.size), multiplicity)
         diff = x - x[first[inverse]]
         diff.eliminate_zeros()
         if diff.nnz:
@@ -251,36 +257,58 @@ def bootstrap_counts(
     rng: np.random.Generator,
     *,
     chunk: int,
+    threads: int | None = None,
 ) -> Iterator[np.ndarray]:
     """Yield resampled cell counts, float64 (r, C) per chunk, ``rounds`` rows in all.
 
-    ``patterns`` None resamples battles; otherwise whole prompts.
+    ``patterns`` None resamples battles; otherwise whole prompts. ``threads`` (default:
+    the CPU count, at most 4) only matters when many distinct prompt patterns make each
+    round cost O(P); every round then has its own seed drawn from ``rng``, so the numbers
+    do not depend on the number of threads.
     """
     n = int(cells.counts.sum())
-    done = 0
-    by_index = False
-    if patterns is not None:
-        p = patterns.n_prompts
-        q = patterns.multiplicity.shape[0]
-        # numpy's multinomial costs ~100 ns per category; drawing P prompt indices and
-        # counting them costs ~8 ns per prompt. Both are exact; take the cheaper.
-        by_index = 8 * p < 100 * q
-        if by_index:
-            pattern_of_prompt = np.repeat(np.arange(q, dtype=np.intp), patterns.multiplicity)
-            chunk = max(1, min(chunk, 4_000_000 // max(q, 1)))
-        cells_t = patterns.cells.T.tocsr()
-    while done < rounds:
-        r = min(chunk, rounds - done)
-        if patterns is None:
-            yield rng.multinomial(n, cells.counts / n, size=r).astype(np.float64)
-        else:
-            if by_index:
-                draws = np.empty((r, q), dtype=np.int64)
-                for row in range(r):  # one round at a time: 2x faster than one big bincount
-                    picks = pattern_of_prompt[rng.integers(0, p, size=p, dtype=np.int32)]
-                    draws[row] = np.bincount(picks, minlength=q)
-            else:
-                draws = rng.multinomial(p, patterns.multiplicity / p, size=r)
+    if patterns is None:
+        for start in range(0, rounds, chunk):
+            yield _multinomial(rng, n, cells.counts, min(chunk, rounds - start)).astype(np.float64)
+        return
+    p = patterns.n_prompts
+    q = patterns.multiplicity.shape[0]
+    cells_t = patterns.cells.T.tocsr()
+    # numpy's multinomial costs ~100 ns per category; drawing P prompt indices and
+    # counting them costs ~3 ns per prompt. Both are exact; take the cheaper.
+    if 3 * p >= 100 * q:
+        for start in range(0, rounds, chunk):
+            draws = _multinomial(rng, p, patterns.multiplicity, min(chunk, rounds - start))
             # (C, Q) @ (Q, r) keeps the sparse operand on the left, where scipy is fast
             yield np.asarray((cells_t @ draws.T).T, dtype=np.float64)
-        done += r
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    pattern_of_prompt = np.repeat(np.arange(q, dtype=np.intp), patterns.multiplicity)
+
+    def one_round(seed: int) -> np.ndarray:
+        # numpy's generator, fancy indexing and scipy's sparse product release the GIL,
+        # so rounds run in parallel threads
+        picks = pattern_of_prompt[np.random.default_rng(seed).integers(0, p, size=p, dtype=np.int32)]
+        return cells_t @ np.bincount(picks, minlength=q)
+
+    workers = threads if threads is not None else min(4, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for start in range(0, rounds, chunk):
+            seeds = rng.integers(0, 2**63, size=min(chunk, rounds - start), dtype=np.int64)
+            yield np.stack(list(pool.map(one_round, seeds.tolist()))).astype(np.float64)
+
+
+def _multinomial(rng: np.random.Generator, n: int, counts: np.ndarray, size: int) -> np.ndarray:
+    """Return int64 (size, C): multinomial draws of ``n`` with probabilities ``counts / n``.
+
+    numpy rejects probabilities whose first C-1 sum past 1 + 1e-12, which rounding can do
+    with tens of thousands of categories; with the largest category last that sum is at
+    most 1 - p_max, far from the limit.
+    """
+    last = int(np.argmax(counts))
+    order = np.concatenate([np.delete(np.arange(counts.shape[0]), last), [last]])
+    draws = rng.multinomial(n, counts[order] / n, size=size)
+    out = np.empty_like(draws)
+    out[:, order] = draws
+    return out

@@ -96,6 +96,32 @@ class StyleResult:
     def coefficient_table(self) -> dict[str, float]:
         return dict(zip(self.feature_names, (float(c) for c in self.coefficients)))
 
+    def to_rows(self) -> list[dict[str, object]]:
+        """Return one dict per model for a report, best controlled rating first.
+
+        Keys: model, rating, ci_low, ci_high, rank (without control), rating_controlled,
+        ci_low_controlled, ci_high_controlled, rank_controlled, and delta (controlled minus plain).
+        """
+        plain = {r.model: r for r in self.plain.to_ratings()}
+        rows = []
+        for r in self.controlled.to_ratings():
+            p = plain[r.model]
+            rows.append(
+                {
+                    "model": r.model,
+                    "rating": p.rating,
+                    "ci_low": p.ci_low,
+                    "ci_high": p.ci_high,
+                    "rank": p.rank,
+                    "rating_controlled": r.rating,
+                    "ci_low_controlled": r.ci_low,
+                    "ci_high_controlled": r.ci_high,
+                    "rank_controlled": r.rank,
+                    "delta": r.rating - p.rating,
+                }
+            )
+        return rows
+
 
 def style_control(
     battles: Sequence[Battle],
