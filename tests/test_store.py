@@ -55,7 +55,7 @@ def test_artifacts_round_trip_and_survive_reopening(tmp_path):
     with Store(tmp_path) as s:
         s.put_prompts("test", prompts)
         s.put_answers([Answer(prompt_id="p0", model="m", turns=["a", "b"], tokens_out=2)])
-        s.put_battles([Battle(prompt_id="p0", model_a="m", model_b="n", outcome="tie", judge="j")])
+        s.replace_battles("j", [Battle(prompt_id="p0", model_a="m", model_b="n", outcome="tie", judge="j")])
         s.set_meta("config", {"name": "x"})
     with Store(tmp_path) as s:
         assert s.get_prompts("test") == prompts

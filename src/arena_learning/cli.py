@@ -16,7 +16,7 @@ from rich.table import Table
 
 from . import pipeline
 from .arena.calls import CallStats
-from .config import RunConfig, load_config_file
+from .config import ModelsFile, RunConfig, load_config_file
 from .errors import ArenaError
 from .records import Rating
 from .store import Store
@@ -104,11 +104,11 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None,
     cfg, store = _open(config, workspace, set_)
     with store:
         prompts = pipeline.stage_prompts(cfg, store)
-        err_console.print(f"test set: {len(prompts)} prompts from the built-in task suite; workspace {store.root}")
+        source = "the built-in task suite" if cfg.prompts is None else (cfg.prompts.set or cfg.prompts.path)
+        err_console.print(f"test set: {len(prompts)} prompts from {source}; workspace {store.root}")
         report = pipeline.stage_answer(cfg, store)
         print_call_stats(report, store)
-        battles = pipeline.stage_battle(cfg, store)
-        err_console.print(f"battles: {len(battles.battles)} judged by {cfg.judge.name}")
+        print_battle_report(cfg, pipeline.stage_battle(cfg, store), store)
         ratings = pipeline.stage_ratings(cfg, store)
     _emit_board(ratings, json_out)
 
@@ -119,8 +119,6 @@ def answer(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = Non
     """Have every contestant answer the test set (cached in the ledger)."""
     cfg, store = _open(config, workspace, set_)
     with store:
-        if not store.get_prompts(pipeline.TEST_SET):
-            pipeline.stage_prompts(cfg, store)
         print_call_stats(pipeline.stage_answer(cfg, store), store)
 
 
@@ -131,9 +129,68 @@ def battle(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = Non
     cfg, store = _open(config, workspace, set_)
     with store:
         report = pipeline.stage_battle(cfg, store)
-    console.print(f"battles: {len(report.battles)} from {report.judged} judgments by {cfg.judge.name}")
+        print_battle_report(cfg, report, store)
+
+
+def print_battle_report(cfg: RunConfig, report: pipeline.BattleReport, store: Store) -> None:
+    err_console.print(f"battles: {len(report.battles)} from {report.judged} judgments by {cfg.judge.name}")
+    if report.stats is not None:
+        s = report.stats
+        err_console.print(
+            f"judge {cfg.judge.name}: {s['requests']} verdicts asked, {s['parsed']} parsed, {s['retried']} parsed "
+            f"after a retry, {s['failed']} failed (kept as failed judgments with their raw text); "
+            f"{s['flagged']} judgments with an answer that addresses the judge", highlight=False)
     for model, n in report.missing.items():
         err_console.print(f"[yellow]{model}: {n} pairings skipped for want of an answer (rerun `arena answer`)")
+    print_usage(cfg, store)
+
+
+def print_usage(cfg: RunConfig, store: Store) -> None:
+    """Print tokens in/out and cost per model (contestants and judges) over the whole ledger."""
+    prices: dict[str, tuple[float, float]] = {}
+    specs = list(cfg.models) + [j.model for j in [cfg.judge, *cfg.judge.members] if j.model is not None]
+    for spec in specs:
+        prices[spec.model] = (spec.price_in, spec.price_out)
+    rows = store.usage_by_model()
+    if not rows:
+        return
+    table = Table(title="tokens and cost (whole workspace)", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("engine", "model", "calls", "tokens in", "tokens out", "cost"):
+        table.add_column(col, justify="left" if col in ("engine", "model") else "right", no_wrap=True)
+    for engine, model, calls, tin, tout in rows:
+        p_in, p_out = prices.get(model, (0.0, 0.0))
+        cost = (tin or 0) * p_in / 1e6 + (tout or 0) * p_out / 1e6
+        table.add_row(engine, model, str(calls), str(tin or 0), str(tout or 0), f"${cost:.4f}" if cost else "-")
+    err_console.print(table)
+
+
+@app.command("import-answers")
+@user_errors
+def import_answers(
+    files: Annotated[list[Path], typer.Argument(help="answer files: arena-hard model_answer, MT-Bench model_answer, or {prompt_id, model, turns} JSONL")],
+    workspace: Annotated[Path, typer.Option("--workspace", "-w", help="workspace to store the answers in")],
+    model: Annotated[str | None, typer.Option(help="model name for every answer (default: the file's own)")] = None,
+) -> None:
+    """Load pre-generated answers, to judge them with `arena battle` (models with engine: imported)."""
+    from .arena.imports import read_answers
+
+    report = read_answers(files, model)
+    with Store(workspace) as store:
+        store.put_answers(report.answers)
+        known = {p.id for s in store.prompt_sets() for p in store.get_prompts(s)}
+    by_model: dict[str, int] = {}
+    for a in report.answers:
+        by_model[a.model] = by_model.get(a.model, 0) + 1
+    for name, n in sorted(by_model.items()):
+        err_console.print(f"imported {n} answers of {name}")
+    orphans = sum(1 for a in report.answers if a.prompt_id not in known)
+    if orphans:
+        err_console.print(f"[yellow]{orphans} answers have no prompt in {workspace} yet: ingest their prompts "
+                          f"(`arena ingest QUESTIONS --out {workspace}`)")
+    for line in report.skipped[:10]:
+        err_console.print(f"[yellow]skipped {line}", highlight=False)
+    if report.skipped:
+        err_console.print(f"[yellow]{len(report.skipped)} records skipped")
 
 
 @app.command()
@@ -175,7 +232,7 @@ def serve(
     from .engines import build_engine
     from .engines.server import serve as run_server
 
-    cfg = load_config_file(config, RunConfig)
+    cfg = load_config_file(config, ModelsFile)
     if model is None:
         if len(cfg.models) != 1:
             raise ArenaError(f"{config} defines {len(cfg.models)} models: choose one with --model NAME")

@@ -131,7 +131,10 @@ class ModelSpec(Section):
     """A contestant (or judge) model: which engine runs it and how it is prompted."""
 
     name: str = Field(min_length=1)
-    engine: Literal["llamacpp", "openai"]
+    engine: Literal["llamacpp", "openai", "imported"] = Field(
+        description="llamacpp (in-process GGUF), openai (any OpenAI-compatible endpoint) or imported "
+        "(answers loaded with `arena import-answers`, no model to run)"
+    )
     model: str = Field("bundled", description="'bundled', a GGUF path (llamacpp) or a served model id (openai)")
     mode: Literal["chat", "completion"] = "chat"
     chat_format: str | None = Field(None, description="llama.cpp chat format name, e.g. 'gemma' or 'chatml'")
@@ -174,12 +177,57 @@ class TasksConfig(Section):
     categories: list[str] | None = Field(None, description="subset of the suite's categories (default: all)")
 
 
-class JudgeConfig(Section):
-    """Who scores the battles. ``verifier`` checks answers against the task suite's references."""
+class PromptsConfig(Section):
+    """Open prompts as the test set, instead of the task suite: a set in the workspace or a file to ingest."""
 
-    kind: Literal["verifier"] = "verifier"
+    set: str | None = Field(None, description="a prompt set stored in the workspace, e.g. 'ingested' or 'testset/mix'")
+    path: str | None = Field(None, description="a file or dataset folder in any layout `arena ingest` reads")
+    format: str = Field("auto", description="record layout of path (auto-detected by default)")
+    limit: int | None = Field(None, ge=1, description="keep only the first N prompts")
+
+    @model_validator(mode="after")
+    def _one(self) -> PromptsConfig:
+        if (self.set is None) == (self.path is None):
+            raise ValueError("prompts: give exactly one of set or path")
+        return self
+
+
+class JudgeConfig(Section):
+    """Who scores the battles.
+
+    ``verifier`` checks answers against the task suite's references (no model).
+    ``llm`` runs a judge folder (``template``: a built-in judge, ``pairwise``,
+    ``single`` or ``reference``, or the path of your own folder) on ``model``.
+    ``panel`` combines several judges (``members``) by ``rule``.
+    """
+
+    kind: Literal["verifier", "llm", "panel"] = "verifier"
     name: str = "verifier"
     tie_threshold: float = Field(0.0, ge=0.0, description="score gap at or under which a battle is a tie")
+    # llm
+    template: str = Field("pairwise", description="built-in judge name or path of a judge folder / judge.yaml")
+    model: ModelSpec | None = Field(None, description="the judge model (kind: llm)")
+    both_orders: bool = Field(True, description="play each pair twice, once in each order (pairwise judges)")
+    combine: Literal["mean", "both", "consistent"] = Field(
+        "mean",
+        description="how a pair's games make battles: mean of scores over both orders; both (each game a battle); "
+        "consistent (a tie unless both orders name the same winner)",
+    )
+    structured: bool = Field(True, description="constrain the judge's output to the judge's JSON schema")
+    sampling: dict[str, Any] = Field(default_factory=dict, description="overrides of the judge folder's sampling")
+    retries: int = Field(2, ge=0, description="re-asks of a verdict that does not parse")
+    retry_temperature: float = Field(0.7, ge=0.0, description="temperature of those re-asks")
+    # panel
+    members: list[JudgeConfig] = Field(default_factory=list)
+    rule: Literal["mean", "majority"] = "mean"
+
+    @model_validator(mode="after")
+    def _check(self) -> JudgeConfig:
+        if self.kind == "llm" and self.model is None:
+            raise ValueError(f"judge {self.name!r}: kind 'llm' needs model (the judge model's spec)")
+        if self.kind == "panel" and len(self.members) < 2:
+            raise ValueError(f"judge {self.name!r}: kind 'panel' needs at least two members")
+        return self
 
 
 class BattleConfig(Section):
@@ -202,6 +250,7 @@ class RunConfig(Section):
     name: str = Field("arena", min_length=1)
     workspace: str | None = Field(None, description="workspace directory (default: workspaces/<name>)")
     tasks: TasksConfig = Field(default_factory=TasksConfig)
+    prompts: PromptsConfig | None = Field(None, description="open prompts instead of the task suite")
     models: list[ModelSpec] = Field(min_length=2, description="the contestants")
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     battles: BattleConfig = Field(default_factory=BattleConfig)
@@ -216,6 +265,20 @@ class RunConfig(Section):
         if self.ratings.anchor is not None and self.ratings.anchor not in names:
             raise ValueError(f"ratings.anchor {self.ratings.anchor!r} is not one of the models: {', '.join(names)}")
         return self
+
+    def model(self, name: str) -> ModelSpec:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise ConfigError(f"no model named {name!r} in the config; models: {', '.join(m.name for m in self.models)}")
+
+
+class ModelsFile(BaseModel):
+    """The models of a config file, whatever else it holds (for `arena serve`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    models: list[ModelSpec] = Field(min_length=1)
 
     def model(self, name: str) -> ModelSpec:
         for m in self.models:

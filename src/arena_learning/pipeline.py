@@ -22,7 +22,7 @@ from .config import RunConfig
 from .curate.tasks import generate_tasks
 from .engines import build_engine
 from .errors import ArenaError
-from .records import Battle, Prompt, Rating
+from .records import Battle, Judgment, Prompt, Rating
 from .store import Store
 
 TEST_SET = "test"
@@ -52,8 +52,25 @@ def load_saved_config(store: Store) -> RunConfig:
 
 
 def stage_prompts(cfg: RunConfig, store: Store) -> list[Prompt]:
-    """Make the test set (the built-in task suite) and store it."""
-    prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, categories=cfg.tasks.categories)
+    """Make the test set (the built-in task suite, or the configured open prompts) and store it."""
+    src = cfg.prompts
+    if src is None:
+        prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, categories=cfg.tasks.categories)
+    elif src.set is not None:
+        prompts = store.get_prompts(src.set)
+        if not prompts:
+            have = ", ".join(sorted(store.prompt_sets())) or "none"
+            raise ArenaError(f"prompts.set {src.set!r} is empty or missing in {store.root} (sets there: {have}); "
+                             f"fill it with `arena ingest` or `arena testset build`")
+    else:
+        from .curate.ingest import ingest
+        from .curate.settings import SourceSpec
+
+        prompts = ingest([SourceSpec(path=src.path, format=src.format)]).prompts
+        if not prompts:
+            raise ArenaError(f"prompts.path {src.path} holds no prompts")
+    if src is not None and src.limit is not None:
+        prompts = prompts[: src.limit]
     store.put_prompts(TEST_SET, prompts)
     return prompts
 
@@ -66,11 +83,16 @@ class AnswerReport:
 
 def stage_answer(cfg: RunConfig, store: Store, *, show_progress: bool = True) -> AnswerReport:
     """Have every contestant answer the test set; return call stats per model."""
-    prompts = store.get_prompts(TEST_SET) or stage_prompts(cfg, store)
+    prompts = stage_prompts(cfg, store)
     report = AnswerReport()
 
     async def go(progress) -> None:
         for spec in cfg.models:
+            if spec.engine == "imported":
+                have = {a.prompt_id for a in store.get_answers(spec.name)}
+                report.incomplete[spec.name] = sum(1 for p in prompts if p.id not in have)
+                report.stats[spec.name] = CallStats(cached=len(have))
+                continue
             engine = build_engine(spec)
             result = await answer_prompts(store, spec.name, engine, prompts, progress=progress)
             report.stats[spec.name] = result.stats
@@ -94,22 +116,48 @@ class BattleReport:
     battles: list[Battle]
     judged: int
     missing: dict[str, int]
+    failed: int = 0
+    stats: dict | None = None  # an LLM judge's parsed / retried / failed counts and tokens
 
 
-def stage_battle(cfg: RunConfig, store: Store) -> BattleReport:
+def make_judge(cfg: RunConfig):  # noqa: ANN201 - VerifierJudge | LLMJudge | PanelJudge
+    """Return the judge the config names."""
+    if cfg.judge.kind == "verifier":
+        return VerifierJudge(cfg.judge.name, cfg.judge.tie_threshold)
+    from .arena.llm_judges import build_judge
+
+    return build_judge(cfg.judge)
+
+
+def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True) -> BattleReport:
     """Judge every scheduled pair on every prompt; store judgments and battles."""
-    prompts = store.get_prompts(TEST_SET)
+    prompts = stage_prompts(cfg, store)
     names = [m.name for m in cfg.models]
     answers = [a for a in store.get_answers() if a.model in set(names)]
     if not prompts or not answers:
         raise ArenaError(f"{store.root} has no answers yet: run `arena answer` (or `arena run`) first")
     plan = plan_battles(prompts, answers, all_pairs(names))
-    judge = VerifierJudge(cfg.judge.name, cfg.judge.tie_threshold)
-    judgments = judge.judge_pairs(plan.tasks)
+    judge = make_judge(cfg)
+    stats = None
+    if isinstance(judge, VerifierJudge):
+        judgments = judge.judge_pairs(plan.tasks)
+    else:
+        async def go(progress) -> list[Judgment]:  # noqa: ANN001
+            return await judge.judge_pairs(store, plan.tasks, progress)
+
+        if show_progress:
+            with make_progress() as progress:
+                judgments = asyncio.run(go(progress))
+        else:
+            judgments = asyncio.run(go(None))
+        stats = judge.stats.as_dict()
+        store.set_meta(f"judge_stats/{judge.name}", stats)
     store.put_judgments(judgments)
-    battles = combine_games(judgments, cfg.judge.tie_threshold)
-    store.put_battles(battles)
-    return BattleReport(battles=battles, judged=len(judgments), missing=plan.missing)
+    battles = combine_games([j for j in judgments if j.judge == cfg.judge.name], cfg.judge.tie_threshold,
+                            mode=cfg.judge.combine)
+    store.replace_battles(cfg.judge.name, battles)
+    failed = sum(1 for j in judgments if j.status == "failed" and j.judge == cfg.judge.name)
+    return BattleReport(battles=battles, judged=len(judgments), missing=plan.missing, failed=failed, stats=stats)
 
 
 def stage_ratings(cfg: RunConfig, store: Store) -> list[Rating]:

@@ -229,8 +229,10 @@ class Store:
             sql, args = sql + " WHERE judge=?", (judge,)
         return [Judgment.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
 
-    def put_battles(self, battles: Iterable[Battle]) -> None:
+    def replace_battles(self, judge: str, battles: Iterable[Battle]) -> None:
+        """Store ``battles`` as all the battles of ``judge``, dropping what it had before."""
         with self._tx():
+            self.db.execute("DELETE FROM battles WHERE judge=?", (judge,))
             self.db.executemany(
                 "INSERT OR REPLACE INTO battles (prompt_id, model_a, model_b, judge, data) VALUES (?,?,?,?,?)",
                 ((b.prompt_id, b.model_a, b.model_b, b.judge, b.model_dump_json()) for b in battles),

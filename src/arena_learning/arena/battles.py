@@ -35,11 +35,19 @@ def plan_battles(
     return BattlePlan(tasks=tasks, missing=dict(missing))
 
 
-def combine_games(judgments: Sequence[Judgment], tie_threshold: float = 0.0) -> list[Battle]:
-    """Return one Battle per (prompt, pair, judge) from its games (one per order shown).
+def _winner(j: Judgment) -> str | None:
+    """Return the name of the model a game's verdict favours (None for a tie)."""
+    return j.model_a if j.verdict == "model_a" else j.model_b if j.verdict == "model_b" else None
 
-    Scores are averaged over the games with each score credited to its model,
-    whichever position it was shown in; failed games are left out.
+
+def combine_games(judgments: Sequence[Judgment], tie_threshold: float = 0.0, mode: str = "mean") -> list[Battle]:
+    """Return the battles of the judgments' games; failed games are left out.
+
+    ``mode`` says how the games of one (prompt, pair, judge) combine:
+    ``mean``: one battle from each model's score averaged over the games,
+    whichever position it was shown in; ``both``: every game is a battle of its
+    own (the bootstrap should then resample prompts); ``consistent``: one
+    battle, a tie unless every game names the same winner.
     """
     groups: dict[tuple[str, str, str, str], list[Judgment]] = defaultdict(list)
     for j in judgments:
@@ -48,23 +56,26 @@ def combine_games(judgments: Sequence[Judgment], tie_threshold: float = 0.0) -> 
         first, second = sorted((j.model_a, j.model_b))
         groups[(j.prompt_id, first, second, j.judge)].append(j)
     battles = []
-    for (pid, first, second, judge), games in groups.items():
+    for (pid, _, _, judge), games in groups.items():
+        if mode == "both":
+            for g in games:
+                battles.append(Battle(prompt_id=pid, model_a=g.model_a, model_b=g.model_b, outcome=g.verdict or "tie",
+                                      score_a=g.score_a, score_b=g.score_b,
+                                      score_gap=abs(g.score_a - g.score_b), judge=judge, games=1))  # type: ignore[operator]
+            continue
         # Keep the order of the first game, so a one-game battle reads as its judgment.
         a, b = games[0].model_a, games[0].model_b
         sa = [g.score_a if g.model_a == a else g.score_b for g in games]
         sb = [g.score_b if g.model_a == a else g.score_a for g in games]
         mean_a, mean_b = sum(sa) / len(sa), sum(sb) / len(sb)  # type: ignore[arg-type]
+        if mode == "consistent":
+            winners = {_winner(g) for g in games}
+            only = winners.pop() if len(winners) == 1 else None
+            outcome = "tie" if only is None else ("model_a" if only == a else "model_b")
+        else:
+            outcome = verdict(mean_a, mean_b, tie_threshold)
         battles.append(
-            Battle(
-                prompt_id=pid,
-                model_a=a,
-                model_b=b,
-                outcome=verdict(mean_a, mean_b, tie_threshold),
-                score_a=mean_a,
-                score_b=mean_b,
-                score_gap=abs(mean_a - mean_b),
-                judge=judge,
-                games=len(games),
-            )
+            Battle(prompt_id=pid, model_a=a, model_b=b, outcome=outcome, score_a=mean_a, score_b=mean_b,  # type: ignore[arg-type]
+                   score_gap=abs(mean_a - mean_b), judge=judge, games=len(games))
         )
     return battles

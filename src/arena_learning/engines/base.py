@@ -48,6 +48,10 @@ class CallFailed(Exception):
     """A request that failed after its retries; the ledger records the message."""
 
 
+class RequestTooLarge(CallFailed):
+    """The request cannot succeed as it is (e.g. longer than the context window): retrying is pointless."""
+
+
 class Engine(abc.ABC):
     """Runs one ModelSpec. ``kind`` and ``model_id`` name it in the ledger key."""
 

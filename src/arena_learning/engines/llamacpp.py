@@ -18,7 +18,7 @@ from typing import Any
 
 from ..config import ModelSpec
 from ..errors import EngineError
-from .base import CallFailed, Completion, Engine, Request, completion_stops, render_completion_prompt
+from .base import CallFailed, Completion, RequestTooLarge, Engine, Request, completion_stops, render_completion_prompt
 from .bundled import resolve_model_path
 
 _MODELS: dict[tuple[Any, ...], tuple[Any, threading.Lock]] = {}
@@ -86,7 +86,7 @@ class LlamaCppEngine(Engine):
     def complete_sync(self, request: Request) -> Completion:
         """Return the completion of ``request``, run in the calling thread."""
         params = {**self.default_params(), **request.params}
-        extra = {k: params[k] for k in ("grammar", "response_format") if k in params}
+        schema = params.get("json_schema")
         kwargs = {
             "max_tokens": params["max_tokens"],
             "temperature": params["temperature"],
@@ -97,8 +97,9 @@ class LlamaCppEngine(Engine):
         try:
             with self.lock:
                 if request.messages is not None and self.spec.mode == "chat":
+                    fmt = {"type": "json_object", "schema": schema} if schema is not None else None
                     out = self.llm.create_chat_completion(
-                        messages=request.messages, stop=params["stop"] or None, **kwargs, **extra
+                        messages=request.messages, stop=params["stop"] or None, response_format=fmt, **kwargs
                     )
                     text = out["choices"][0]["message"]["content"] or ""
                 else:
@@ -109,12 +110,15 @@ class LlamaCppEngine(Engine):
                         stop = completion_stops(fmt, stop)
                     else:
                         prompt = request.prompt or ""
-                    out = self.llm.create_completion(prompt=prompt, stop=stop or None, **kwargs)
+                    grammar = _grammar(schema) if schema is not None else None
+                    out = self.llm.create_completion(prompt=prompt, stop=stop or None, grammar=grammar, **kwargs)
                     text = out["choices"][0]["text"]
                     if request.messages is not None and self.spec.prompt_format.strip_answer:
                         text = text.strip()
-        except (ValueError, RuntimeError) as err:
+        except ValueError as err:
             # llama.cpp raises ValueError for a prompt longer than the context window.
+            raise RequestTooLarge(f"llama.cpp: {err} (raise n_ctx of model {self.spec.name!r})") from err
+        except RuntimeError as err:
             raise CallFailed(f"llama.cpp: {err}") from err
         usage = out.get("usage", {})
         return Completion(
@@ -124,3 +128,18 @@ class LlamaCppEngine(Engine):
             latency_s=time.perf_counter() - start,
             finish_reason=out["choices"][0].get("finish_reason"),
         )
+
+
+_GRAMMARS: dict[str, Any] = {}
+
+
+def _grammar(schema: dict[str, Any]) -> Any:
+    """Return the llama.cpp grammar that constrains output to ``schema`` (built once per schema)."""
+    import json
+
+    from llama_cpp import LlamaGrammar
+
+    key = json.dumps(schema, sort_keys=True)
+    if key not in _GRAMMARS:
+        _GRAMMARS[key] = LlamaGrammar.from_json_schema(key, verbose=False)
+    return _GRAMMARS[key]

@@ -95,7 +95,11 @@ class OpenAIEngine(Engine):
             "seed": params.pop("seed"),
         }
         stop = params.pop("stop")
-        body.update(params)  # e.g. response_format for structured judge output
+        schema = params.pop("json_schema", None)
+        if schema is not None:
+            # Structured output, as vLLM, SGLang, llama.cpp server and OpenAI accept it.
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema}}
+        body.update(params)
         if request.messages is not None and self.spec.mode == "chat":
             path = "/chat/completions"
             body["messages"] = request.messages

@@ -16,9 +16,9 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from .base import CallFailed, Engine, Request
+from .base import CallFailed, Engine, Request, RequestTooLarge
 
-SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "seed", "stop", "response_format", "grammar")
+SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "seed", "stop")
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
@@ -49,12 +49,23 @@ def make_app(name: str, engine: Engine) -> web.Application:
         params = {k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None}
         if isinstance(params.get("stop"), str):
             params["stop"] = [params["stop"]]
+        fmt = body.get("response_format")
+        if isinstance(fmt, dict):
+            # OpenAI's json_schema form, or llama.cpp's json_object with a schema, or plain JSON mode.
+            schema = (fmt.get("json_schema") or {}).get("schema") if fmt.get("type") == "json_schema" else fmt.get("schema")
+            if schema is None and fmt.get("type") in ("json_object", "json_schema"):
+                schema = {"type": "object"}
+            if schema is not None:
+                params["json_schema"] = schema
         return params
 
     async def run(request: Request) -> Any:
         stats["requests"] += 1
         try:
             return await engine.complete(request)
+        except RequestTooLarge as err:
+            stats["errors"] += 1
+            return _error(400, str(err))
         except CallFailed as err:
             stats["errors"] += 1
             return _error(500, str(err), "server_error")

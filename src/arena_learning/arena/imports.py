@@ -1,0 +1,102 @@
+"""Pre-generated answers: other tools' answer files become ``Answer`` records.
+
+Layouts (one answer per line of JSONL, or a JSON list):
+
+- arena-hard-auto ``model_answer``: ``{"uid", "model", "messages": [...]}``, the
+  assistant content a string or ``{"answer": ...}``;
+- FastChat / MT-Bench ``model_answer``: ``{"question_id", "model_id", "choices": [{"turns": [...]}]}``;
+- ours: ``{"prompt_id", "model", "turns": [...]}``.
+
+The prompt id is the source's own id (``uid``, ``question_id``, ``prompt_id``),
+as ``arena ingest`` gives prompts, so imported answers meet their prompts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ArenaError
+from ..records import Answer
+
+
+@dataclass
+class ImportReport:
+    answers: list[Answer] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "file:line: reason"
+
+
+def _assistant_text(content: Any, where: str) -> str:
+    if isinstance(content, dict):
+        content = content.get("answer", content.get("content"))
+    if isinstance(content, list):  # OpenAI content parts
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if not isinstance(content, str):
+        raise ValueError(f"{where}: assistant content is {type(content).__name__}, not text")
+    return content
+
+
+def answer_from_record(rec: dict[str, Any], where: str, model: str | None = None) -> Answer:
+    """Return the Answer in one record of any supported layout; ValueError says what is missing."""
+    if "choices" in rec and ("question_id" in rec or "id" in rec):
+        pid = rec.get("question_id", rec.get("id"))
+        name = model or rec.get("model_id") or rec.get("model")
+        turns = rec["choices"][0].get("turns") if rec["choices"] else None
+    elif "messages" in rec:
+        pid = rec.get("uid", rec.get("id", rec.get("prompt_id")))
+        name = model or rec.get("model")
+        turns = [_assistant_text(m.get("content"), where) for m in rec["messages"] if m.get("role") == "assistant"]
+    elif "turns" in rec:
+        pid = rec.get("prompt_id", rec.get("id", rec.get("uid")))
+        name = model or rec.get("model")
+        turns = rec["turns"]
+    else:
+        raise ValueError(f"{where}: not an answer record (expected 'messages', 'choices' or 'turns')")
+    if pid is None or not name:
+        raise ValueError(f"{where}: answer record needs a prompt id and a model name (or pass --model)")
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+        raise ValueError(f"{where}: answer has no assistant turns")
+    return Answer(prompt_id=str(pid), model=str(name), turns=turns)
+
+
+def _records(path: Path) -> Iterator[tuple[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except ValueError as err:
+            raise ArenaError(f"{path}: not valid JSON ({err}); fix the file or give JSONL") from None
+        for i, rec in enumerate(data):
+            yield f"{path}[{i}]", rec
+        return
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield f"{path}:{lineno}", json.loads(line)
+        except ValueError as err:
+            yield f"{path}:{lineno}", err
+
+
+def read_answers(paths: list[Path], model: str | None = None) -> ImportReport:
+    """Return the answers in ``paths``; bad lines are listed as skipped with file:line and the reason."""
+    report = ImportReport()
+    for path in paths:
+        if not path.is_file():
+            raise ArenaError(f"answer file not found: {path}")
+        for where, rec in _records(path):
+            if isinstance(rec, Exception):
+                report.skipped.append(f"{where}: invalid JSON: {rec}")
+                continue
+            if not isinstance(rec, dict):
+                report.skipped.append(f"{where}: a record must be a JSON object")
+                continue
+            try:
+                report.answers.append(answer_from_record(rec, where, model))
+            except (ValueError, KeyError, IndexError, TypeError) as err:
+                report.skipped.append(str(err) if str(err).startswith(where) else f"{where}: {err}")
+    return report

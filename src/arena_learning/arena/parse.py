@@ -1,0 +1,96 @@
+"""Reading a judge's verdict out of its text: strict JSON first, then tolerant fallbacks.
+
+Judges are asked for a JSON object (and constrained to one where the engine
+supports a schema), but models wrap JSON in prose or code fences, or ignore the
+format. The fallbacks find the first JSON object inside the text, then
+``score_a: 7``-style pairs, then MT-Bench's ``[[7]]``. A score outside 1-10 is a
+parse failure, never clamped: a silent fix would change results.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Parsed:
+    scores: tuple[float, ...]  # (score_a, score_b) for a pair, (score,) for a single answer
+    explanation: str
+    method: str  # "json", "embedded-json", "pattern"
+
+
+class ParseError(ValueError):
+    """The text holds no valid verdict; the message says what was missing."""
+
+
+def _json_objects(text: str) -> list[dict[str, Any]]:
+    """Return the JSON objects found in ``text``: the whole text, then each balanced {...} span."""
+    found: list[dict[str, Any]] = []
+    decoder = json.JSONDecoder()
+    i = text.find("{")
+    while i != -1:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except ValueError:
+            i = text.find("{", i + 1)
+            continue
+        if isinstance(obj, dict):
+            found.append(obj)
+        i = text.find("{", end)
+    return found
+
+
+def _score(value: Any, key: str) -> float:
+    if isinstance(value, bool) or value is None:
+        raise ParseError(f"{key} is {value!r}, not a number")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ParseError(f"{key} is {value!r}, not a number") from None
+    if not 1.0 <= x <= 10.0:
+        raise ParseError(f"{key} = {x:g} is outside 1-10")
+    return x
+
+
+_NUM = r"(\d+(?:\.\d+)?)"
+_PAIR_PATTERNS = [
+    re.compile(rf"score[_ ]?a\W{{0,4}}{_NUM}.*?score[_ ]?b\W{{0,4}}{_NUM}", re.I | re.S),
+    re.compile(rf"assistant a\W{{0,4}}{_NUM}\s*(?:/\s*10)?.*?assistant b\W{{0,4}}{_NUM}", re.I | re.S),
+    re.compile(rf"\[\[\s*{_NUM}\s*,\s*{_NUM}\s*\]\]"),
+]
+_SINGLE_PATTERNS = [
+    re.compile(rf"\[\[\s*{_NUM}\s*\]\]"),
+    re.compile(rf"\bscore\W{{0,4}}{_NUM}", re.I),
+    re.compile(rf"\brating\W{{0,4}}{_NUM}", re.I),
+]
+
+
+def parse_verdict(text: str, kind: str) -> Parsed:
+    """Return the scores in a judge's ``text``; ``kind`` is "pair" or "single". Raises ParseError."""
+    keys = ("score_a", "score_b") if kind == "pair" else ("score",)
+    stripped = text.strip()
+    candidates = _json_objects(stripped)
+    errors: list[str] = []
+    for n, obj in enumerate(candidates):
+        if all(k in obj for k in keys):
+            try:
+                scores = tuple(_score(obj[k], k) for k in keys)
+            except ParseError as err:
+                errors.append(str(err))
+                continue
+            method = "json" if n == 0 and stripped.startswith("{") and stripped.endswith("}") else "embedded-json"
+            return Parsed(scores, str(obj.get("explanation", "")), method)
+    for pattern in _PAIR_PATTERNS if kind == "pair" else _SINGLE_PATTERNS:
+        m = pattern.search(stripped)
+        if m:
+            try:
+                scores = tuple(_score(g, k) for g, k in zip(m.groups(), keys))
+            except ParseError as err:
+                errors.append(str(err))
+                continue
+            return Parsed(scores, stripped, "pattern")
+    detail = "; ".join(errors) if errors else f"no {' and '.join(keys)} found"
+    raise ParseError(f"{detail} in judge output {stripped[:120]!r}")

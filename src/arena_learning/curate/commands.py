@@ -1,0 +1,494 @@
+"""``arena ingest``, ``arena testset build`` and ``arena pool build``: the curation commands.
+
+The pipelines here are the edge: they read configs and sources, open the
+workspace, call the stage functions (records in, records out) and store each
+set with ``Store.put_prompts`` plus a JSONL copy under ``WORKSPACE/sets/`` that a
+person can open. Each ends with a summary table of counts per step and per cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ..config import load_config_file
+from ..errors import ArenaError
+from ..records import Prompt
+from ..store import Store
+from .filters import Step, build_moderator, clean
+from .ingest import IngestError, Ingestor, IngestReport, source_label
+from .settings import PoolConfig, SourceFormat, SourceSpec, TestsetConfig
+
+console = Console()
+err_console = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+Track = Callable[[str, "int | None"], Callable[[int], None]]
+"""Progress: (description, total) -> advance(n). With total None, advance(0) marks the bar done."""
+
+INGESTED = "ingested"
+
+
+# ---- small edges ------------------------------------------------------------------------
+
+
+def _user_errors(fn: F) -> F:
+    """Print an ArenaError's message and exit with code 2 instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ArenaError as err:
+            err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def tracker(enabled: bool = True) -> Iterator[Track]:
+    """Yield a Track that draws rich progress bars (or does nothing when not ``enabled``)."""
+    if not enabled:
+        yield lambda description, total: (lambda n: None)
+        return
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    with progress:
+
+        def track(description: str, total: int | None) -> Callable[[int], None]:
+            task = progress.add_task(description, total=total)
+
+            def advance(n: int) -> None:
+                progress.advance(task, n)
+                if total is None and n == 0:
+                    # advance(0) on an open-ended bar means done: fix its total so the clock stops.
+                    done = progress.tasks[task].completed
+                    progress.update(task, total=done, completed=done)
+
+            return advance
+
+        yield track
+
+
+def set_path(store: Store, set_name: str) -> Path:
+    """Return where the JSONL copy of a prompt set lies: ``WORKSPACE/sets/<set name>.jsonl``."""
+    return store.root / "sets" / f"{set_name}.jsonl"
+
+
+def save_set(store: Store, set_name: str, prompts: Sequence[Prompt]) -> None:
+    """Store ``prompts`` as ``set_name`` and write its JSONL copy for people to open."""
+    store.put_prompts(set_name, prompts)
+    path = set_path(store, set_name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".jsonl.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for p in prompts:
+            fh.write(p.model_dump_json() + "\n")
+    # Write then rename: a reader never sees half a file.
+    tmp.replace(path)
+
+
+def save_resolved_config(store: Store, name: str, cfg: Any) -> None:
+    """Keep the resolved config beside the results: ``WORKSPACE/<name>.config.yaml`` and the store's meta."""
+    data = cfg.model_dump(mode="json")
+    store.set_meta(f"{name}/config", data)
+    (store.root / f"{name}.config.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+# ---- ingest -----------------------------------------------------------------------------
+
+
+def run_ingest(
+    store: Store,
+    sources: Sequence[SourceSpec],
+    set_name: str = INGESTED,
+    strict: bool = False,
+    replace: bool = False,
+    track: Track | None = None,
+) -> IngestReport:
+    """Ingest ``sources`` into the set ``set_name`` and return the report.
+
+    The set is merged with what it already holds (``replace`` starts it afresh), and
+    it is saved after every source and before a strict-mode error is raised, so
+    nothing already ingested is lost.
+    """
+    existing = [] if replace else store.get_prompts(set_name)
+    acc = Ingestor(existing, strict=strict)
+    try:
+        for spec in sources:
+            advance = track(f"ingest {spec.name or source_label(spec.path)}", None) if track is not None else None
+            acc.add_source(spec, advance)
+            if advance is not None:
+                advance(0)
+            save_set(store, set_name, acc.prompts)
+    except IngestError:
+        save_set(store, set_name, acc.prompts)
+        raise
+    return acc.report
+
+
+def ingest_table(report: IngestReport) -> Table:
+    """Return the per-source counts of an ingest as a table."""
+    kinds = ["read", "ingested", "already_present", "id_renamed", "bad_json", "not_utf8", "wrong_format", "bad_record", "empty_file"]
+    shown = [k for k in kinds if any(c.get(k) for c in report.per_source.values())] or ["read", "ingested"]
+    table = Table(title="ingest", title_justify="left")
+    table.add_column("source")
+    for k in shown:
+        table.add_column(k.replace("_", " "), justify="right")
+    for source, counts in report.per_source.items():
+        table.add_row(source, *(str(counts.get(k, 0)) for k in shown))
+    return table
+
+
+def print_problems(report: IngestReport, limit: int = 10) -> None:
+    """Print the first skipped inputs with their file:line."""
+    if not report.problems:
+        return
+    total = sum(report.counts.get(k, 0) for k in ("bad_json", "not_utf8", "wrong_format", "bad_record", "empty_file"))
+    err_console.print(f"[yellow]{total} bad inputs skipped (use --strict to stop at the first):", highlight=False)
+    for problem in report.problems[:limit]:
+        err_console.print(f"  {problem}", highlight=False, soft_wrap=True)
+    if total > limit:
+        err_console.print(f"  ... and {total - limit} more", highlight=False)
+
+
+# ---- tables -----------------------------------------------------------------------------
+
+
+def steps_table(steps: Sequence[Step], title: str) -> Table:
+    """Return the counts per step: in, out, dropped by reason, notes."""
+    table = Table(title=title, title_justify="left")
+    for col, justify in (("step", "left"), ("in", "right"), ("out", "right"), ("dropped", "left"), ("notes", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for s in steps:
+        dropped = ", ".join(f"{k} {v}" for k, v in sorted(s.dropped.items())) or "-"
+        notes = ", ".join(f"{k} {v}" for k, v in s.notes.items()) or ""
+        table.add_row(s.name, str(s.n_in), str(s.n_out), dropped, notes)
+    return table
+
+
+def per_cluster_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
+    """Return a table of per-cluster counts (one row per dict, columns in the dicts' order)."""
+    table = Table(title=title, title_justify="left")
+    if not rows:
+        return table
+    for col in rows[0]:
+        if col == "example":
+            table.add_column(col, no_wrap=True, overflow="ellipsis", max_width=48)
+        else:
+            justify = "left" if col == "cluster" else "right"
+            table.add_column(col, justify=justify, no_wrap=True, min_width=len(col))  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(*("-" if v is None else str(v) for v in r.values()))
+    return table
+
+
+# ---- test set ---------------------------------------------------------------------------
+
+
+def _input_prompts(
+    store: Store, sources: Sequence[SourceSpec], input_set: str, prefix: str, strict: bool, track: Track
+) -> tuple[list[Prompt], Step]:
+    """Return the prompts a build starts from (sources ingested into ``prefix/ingested``, or ``input_set``)."""
+    if sources:
+        report = run_ingest(store, sources, f"{prefix}/ingested", strict=strict, replace=True, track=track)
+        print_problems(report)
+        dropped = {
+            k: v
+            for k, v in report.counts.items()
+            if k in ("bad_json", "not_utf8", "wrong_format", "bad_record", "empty_file", "already_present")
+        }
+        return report.prompts, Step("ingest", report.counts.get("read", 0), len(report.prompts), dropped)
+    prompts = store.get_prompts(input_set)
+    if not prompts:
+        raise ArenaError(
+            f"workspace {store.root} has no prompt set {input_set!r}: run `arena ingest SOURCE... --out {store.root}` "
+            "first, or list the files under 'sources' in the config"
+        )
+    return prompts, Step(f"input set {input_set}", len(prompts), len(prompts))
+
+
+def _clean(store: Store, prompts: list[Prompt], cfg: TestsetConfig | PoolConfig) -> tuple[list[Prompt], list[Step]]:
+    moderator = build_moderator(cfg.clean.moderation, store)
+    return clean(prompts, cfg.clean, moderator=moderator)
+
+
+def _embed(prompts: Sequence[Prompt], cfg: TestsetConfig | PoolConfig, track: Track) -> Any:
+    from .embed import embed_prompts, load_embedder
+
+    model = load_embedder(cfg.embed.model, cfg.embed.device, cfg.embed.max_seq_length)
+    advance = track(f"embed ({cfg.embed.model})", len(prompts))
+    return embed_prompts(prompts, model, cfg.embed.text, cfg.embed.batch_size, advance)
+
+
+def _difficulty_scorer(store: Store, cfg: TestsetConfig) -> Any:
+    from .testset import judge_difficulty_scorer
+
+    try:
+        return judge_difficulty_scorer(store, cfg.hard.judge)
+    except ImportError as err:
+        raise ArenaError(
+            f"the hard set needs the engines ({err}); set hard.top_n: 0 to build the diverse set alone"
+        ) from None
+
+
+def run_testset(
+    cfg: TestsetConfig,
+    workspace: Path | None = None,
+    score_turns: Callable[[list[str]], list[float | None]] | None = None,
+    progress: bool = True,
+    embeddings: Callable[[Sequence[Prompt]], Any] | None = None,
+) -> tuple[Store, Any]:
+    """Build the test set of ``cfg`` into its workspace; return the open store and the TestsetResult.
+
+    ``score_turns`` replaces the configured difficulty judge; ``embeddings`` (prompts ->
+    float32 (N, D)) replaces the configured embedding model. Both exist for tests and
+    benchmarks; the CLI uses the config.
+    """
+    from .testset import build_testset, cluster_map
+
+    store = Store(workspace if workspace is not None else cfg.workspace)
+    save_resolved_config(store, "testset", cfg)
+    with tracker(progress) as track:
+        prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "testset", cfg.strict, track)
+        cleaned, steps = _clean(store, prompts, cfg)
+        steps.insert(0, first)
+        emb = embeddings(cleaned) if embeddings is not None else _embed(cleaned, cfg, track)
+        if cfg.hard.top_n > 0 and score_turns is None:
+            score_turns = _difficulty_scorer(store, cfg)
+        result = build_testset(cleaned, emb, cfg.diverse, cfg.hard, cfg.seed, score_turns)
+    result.steps = steps + result.steps
+    if cfg.diverse.projection != "none":
+        selected = {p.id for p in result.mix}
+        result.cluster_map = cluster_map(
+            result.clustered, emb, selected, cfg.diverse.projection, cfg.seed, cfg.diverse.projection_max_points
+        )
+        store.set_meta("testset/cluster_map", result.cluster_map)
+    save_set(store, "testset/clean", result.clustered)
+    save_set(store, "testset/diverse", result.diverse)
+    save_set(store, "testset/hard", result.hard)
+    save_set(store, "testset/mix", result.mix)
+    store.set_meta("testset/steps", [asdict(s) for s in result.steps])
+    store.set_meta("testset/per_cluster", result.per_cluster)
+    return store, result
+
+
+# ---- pool -------------------------------------------------------------------------------
+
+
+@dataclass
+class PoolResult:
+    """What a pool build gives: the decontaminated pool, its slices, the steps, per-cluster counts."""
+
+    pool: list[Prompt]
+    slices: list[list[Prompt]]
+    steps: list[Step] = field(default_factory=list)
+    matches: dict[str, str] = field(default_factory=dict)
+    per_cluster: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_pool(
+    cfg: PoolConfig,
+    workspace: Path | None = None,
+    progress: bool = True,
+    embeddings: Callable[[Sequence[Prompt]], Any] | None = None,
+) -> tuple[Store, PoolResult]:
+    """Build the training pool of ``cfg``: clean, decontaminate against the test sets, cut D0..D{n-1}."""
+    from .decontam import decontaminate
+    from .ingest import ingest
+    from .slices import cut_slices, slice_names
+    from .testset import cluster_embeddings, cluster_names, label_prompts
+
+    store = Store(workspace if workspace is not None else cfg.workspace)
+    save_resolved_config(store, "pool", cfg)
+    dc = cfg.decontam
+    tests: list[Prompt] = []
+    for name in dc.test_sets:
+        found = store.get_prompts(name)
+        if not found:
+            raise ArenaError(
+                f"decontam.test_sets names {name!r}, which workspace {store.root} does not hold: build the test set "
+                "there first (arena testset build), or list other sets (or none: decontam.test_sets: [])"
+            )
+        tests.extend(found)
+    if dc.test_sources:
+        tests.extend(ingest(dc.test_sources, strict=cfg.strict).prompts)
+
+    with tracker(progress) as track:
+        prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "pool", cfg.strict, track)
+        cleaned, steps = _clean(store, prompts, cfg)
+        steps.insert(0, first)
+        advance = track("decontaminate", len(cleaned))
+        pool, dropped, matches = decontaminate(
+            cleaned,
+            tests,
+            dc.threshold,
+            dc.num_perm,
+            dc.shingle,
+            dc.shingle_ngram,
+            dc.ngram,
+            dc.ngram_coverage,
+            dc.seed,
+            advance,
+        )
+        steps.append(Step("decontaminate", len(cleaned), len(pool), dict(dropped), {"test items": len(tests)}))
+        sl = cfg.slices
+        if sl.n_clusters > 0 and not all(p.cluster is not None for p in pool):
+            if len(pool) < sl.n_clusters:
+                raise ArenaError(
+                    f"the pool holds {len(pool)} prompts after cleaning, fewer than slices.n_clusters={sl.n_clusters}: "
+                    "lower it (0: no stratification)"
+                )
+            emb = embeddings(pool) if embeddings is not None else _embed(pool, cfg, track)
+            labels, _ = cluster_embeddings(emb, sl.n_clusters, cfg.seed, sl.minibatch_above, sl.n_init)
+            pool = label_prompts(pool, labels, cluster_names(sl.n_clusters))
+            steps.append(Step("cluster", len(pool), len(pool), notes={"clusters": sl.n_clusters}))
+    slices = cut_slices(pool, sl.n_slices, cfg.seed, sl.d0_size)
+    names = slice_names(sl.n_slices)
+    steps.append(Step("slices", len(pool), sum(map(len, slices)), notes={n: len(s) for n, s in zip(names, slices)}))
+
+    save_set(store, "pool/clean", pool)
+    for name, part in zip(names, slices):
+        save_set(store, f"pool/{name}", part)
+    # Slices of an earlier build with more slices would otherwise linger beside the new ones.
+    for stale in sorted(store.prompt_sets()):
+        if stale.startswith("pool/D") and stale[len("pool/") :] not in names:
+            save_set(store, stale, [])
+    per_cluster = _slice_counts(pool, slices, names)
+    store.set_meta("pool/steps", [asdict(s) for s in steps])
+    store.set_meta("pool/per_cluster", per_cluster)
+    store.set_meta("pool/decontam_matches", matches)
+    return store, PoolResult(pool, slices, steps, matches, per_cluster)
+
+
+def _slice_counts(pool: Sequence[Prompt], slices: Sequence[Sequence[Prompt]], names: Sequence[str]) -> list[dict[str, Any]]:
+    sizes = Counter(p.cluster for p in pool)
+    per_slice = [Counter(p.cluster for p in s) for s in slices]
+    rows = []
+    for cluster in sorted(sizes, key=lambda c: (c is None, c or "")):
+        row: dict[str, Any] = {"cluster": cluster if cluster is not None else "(none)", "pool": sizes[cluster]}
+        for name, counts in zip(names, per_slice):
+            row[name] = counts[cluster]
+        rows.append(row)
+    return rows
+
+
+# ---- the CLI ----------------------------------------------------------------------------
+
+WorkspaceOpt = Annotated[
+    Path | None, typer.Option("--workspace", "-w", help="workspace directory (default: the config's 'workspace')")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="override a config field, e.g. --set diverse.n_clusters=20 (repeatable)"),
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
+
+
+def ingest_command(
+    sources: Annotated[
+        list[Path], typer.Argument(help="files (.json .jsonl .parquet .csv) or folders saved with datasets' save_to_disk")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="workspace directory to ingest into (created if missing)")],
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="record layout: auto, sharegpt, openai, alpaca, mtbench, arenahard")
+    ] = "auto",
+    name: Annotated[
+        str | None, typer.Option("--name", help="source label for every prompt (default: each file's name)")
+    ] = None,
+    set_name: Annotated[str, typer.Option("--set-name", help="prompt set to ingest into")] = INGESTED,
+    strict: Annotated[bool, typer.Option("--strict", help="stop at the first bad line instead of skipping it")] = False,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="start the set afresh instead of adding to what it holds")
+    ] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Read conversations (ShareGPT, OpenAI messages, Alpaca, MT-Bench, arena-hard) into a workspace.
+
+    Multi-turn conversations keep their turns; assistant turns are kept as reference
+    answers. Bad lines are reported as file:line, skipped and counted (--strict makes
+    them fatal); what was ingested before a fatal line is kept. Rerunning is safe:
+    records already in the set are recognised by id and content.
+    """
+    allowed: tuple[SourceFormat, ...] = ("auto", "sharegpt", "openai", "alpaca", "mtbench", "arenahard")
+    if format not in allowed:
+        raise ArenaError(f"--format {format!r} is not one of: {', '.join(allowed)}")
+    specs = [SourceSpec(path=str(p), format=format, name=name) for p in sources]  # type: ignore[arg-type]
+    with Store(out) as store:
+        with tracker(not quiet) as track:
+            report = run_ingest(store, specs, set_name, strict=strict, replace=replace, track=track)
+        console.print(ingest_table(report))
+        print_problems(report)
+        console.print(f"set {set_name!r}: {len(report.prompts)} prompts in {store.root} ({set_path(store, set_name)})")
+
+
+def testset_build_command(config: Annotated[Path, typer.Argument(help="YAML test-set config (see examples/testset.yaml)")],
+                          workspace: WorkspaceOpt = None, set_: SetOpt = None, quiet: QuietOpt = False) -> None:
+    """Build the test set: clean, embed and cluster (diverse half), judge difficulty (hard half), mix.
+
+    Writes the sets testset/clean, testset/diverse, testset/hard and testset/mix to the
+    workspace (and JSONL copies under WORKSPACE/sets/), then prints the counts per step
+    and per cluster.
+    """
+    cfg = load_config_file(config, TestsetConfig, set_)
+    store, result = run_testset(cfg, workspace, progress=not quiet)
+    with store:
+        console.print(steps_table(result.steps, "test set: counts per step"))
+        console.print(per_cluster_table(result.per_cluster, "test set: per cluster"))
+        console.print(
+            f"diverse {len(result.diverse)}, hard {len(result.hard)}, mix {len(result.mix)} prompts "
+            f"in {store.root} (sets testset/*; JSONL under {store.root / 'sets' / 'testset'})"
+        )
+
+
+def pool_build_command(config: Annotated[Path, typer.Argument(help="YAML pool config (see examples/pool.yaml)")],
+                       workspace: WorkspaceOpt = None, set_: SetOpt = None, quiet: QuietOpt = False) -> None:
+    """Build the training pool: clean, dedupe, decontaminate against the test sets, cut slices D0..DN.
+
+    Slices are stratified by cluster and seeded; D0 is the initial SFT data. Writes
+    pool/clean and pool/D0.. to the workspace (JSONL copies under WORKSPACE/sets/pool/).
+    """
+    cfg = load_config_file(config, PoolConfig, set_)
+    store, result = run_pool(cfg, workspace, progress=not quiet)
+    with store:
+        console.print(steps_table(result.steps, "pool: counts per step"))
+        console.print(per_cluster_table(result.per_cluster, "pool: slices per cluster"))
+        sizes = ", ".join(f"D{i} {len(s)}" for i, s in enumerate(result.slices))
+        console.print(f"pool {len(result.pool)} prompts: {sizes} in {store.root}")
+
+
+def _help(doc: str | None) -> str:
+    """Return a docstring as --help text: paragraphs unwrapped (the terminal wraps them again)."""
+    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ingest``, ``testset build`` and ``pool build`` to ``app``."""
+    app.command("ingest", help=_help(ingest_command.__doc__))(_user_errors(ingest_command))
+    testset_app = typer.Typer(help="Build the arena's test set (diverse + hard).", no_args_is_help=True)
+    testset_app.command("build", help=_help(testset_build_command.__doc__))(_user_errors(testset_build_command))
+    app.add_typer(testset_app, name="testset")
+    pool_app = typer.Typer(help="Build the training pool and its slices D0..DN.", no_args_is_help=True)
+    pool_app.command("build", help=_help(pool_build_command.__doc__))(_user_errors(pool_build_command))
+    app.add_typer(pool_app, name="pool")

@@ -1,0 +1,154 @@
+"""Decontamination: drop from the training pool every item that near-duplicates a test item.
+
+Two tests, either one drops a pool item:
+
+- MinHash: the estimated Jaccard similarity of character (or word) shingles
+  between the pool item and a test item reaches ``threshold``. Whole conversations
+  are compared, and each user turn on its own, so a pool conversation that opens
+  with an MT-Bench question and goes on elsewhere is still caught.
+- long n-grams: the pool item shares a run of ``ngram`` words (13, as in the GPT-3
+  paper) with a test item, within one user turn. This catches a test prompt pasted
+  inside a longer request, where Jaccard similarity is low.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..records import Prompt
+from .dedupe import (
+    Shingle,
+    dedupe_text,
+    lean_minhash,
+    lsh_index,
+    normalize,
+    signatures,
+    similarity,
+    window_hashes,
+)
+
+_WORD = re.compile(r"\w+")
+
+
+def _units(prompts: Sequence[Prompt]) -> tuple[list[str], np.ndarray]:
+    """Return the texts compared (each conversation, and each turn of a multi-turn one) and their owner rows."""
+    texts: list[str] = []
+    owners: list[int] = []
+    for i, p in enumerate(prompts):
+        texts.append(dedupe_text(p))
+        owners.append(i)
+        if len(p.turns) > 1:
+            for t in p.turns:
+                texts.append(normalize(t))
+                owners.append(i)
+    return texts, np.asarray(owners, dtype=np.int64)
+
+
+def ngram_hashes(text: str, n: int) -> np.ndarray:
+    """Return 64-bit hashes of the word ``n``-grams of normalized ``text``; uint64 (G,), empty below n words."""
+    words = _WORD.findall(normalize(text))
+    if len(words) < n:
+        return np.zeros(0, dtype=np.uint64)
+    units = np.fromiter((zlib.crc32(w.encode("utf-8")) for w in words), dtype=np.uint64, count=len(words))
+    return window_hashes(units, n)
+
+
+def _prompt_ngrams(p: Prompt, n: int) -> np.ndarray:
+    parts = [ngram_hashes(t, n) for t in p.turns]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+
+
+def _ngram_hit(
+    pool_grams: np.ndarray, sorted_grams: np.ndarray, sorted_owner: np.ndarray, n_grams: np.ndarray, coverage: float
+) -> int | None:
+    """Return the test row most covered by ``pool_grams`` if it reaches ``coverage``, else None."""
+    if not len(pool_grams) or not len(sorted_grams):
+        return None
+    g = np.unique(pool_grams)
+    left = np.searchsorted(sorted_grams, g, side="left")
+    right = np.searchsorted(sorted_grams, g, side="right")
+    found = right > left
+    if not found.any():
+        return None
+    # One pool n-gram can belong to several test items: expand each hit range.
+    idx = np.concatenate([np.arange(a, b) for a, b in zip(left[found], right[found])])
+    shared = np.bincount(sorted_owner[idx], minlength=len(n_grams))
+    share = np.divide(shared, n_grams, out=np.zeros(len(n_grams)), where=n_grams > 0)
+    best = int(np.argmax(share))
+    return best if share[best] >= coverage else None
+
+
+def decontaminate(
+    pool: Sequence[Prompt],
+    tests: Sequence[Prompt],
+    threshold: float = 0.7,
+    num_perm: int = 128,
+    shingle: Shingle = "char",
+    shingle_ngram: int = 5,
+    ngram: int = 13,
+    ngram_coverage: float = 0.5,
+    seed: int = 1,
+    advance: Callable[[int], None] | None = None,
+) -> tuple[list[Prompt], Counter[str], dict[str, str]]:
+    """Return pool prompts clean of ``tests``, drops by reason, and dropped pool id -> matching test id.
+
+    Reasons: ``contaminated_minhash`` (checked first) and ``contaminated_ngram``: the
+    pool item holds at least ``ngram_coverage`` of a test item's distinct word
+    ``ngram``-grams. A share rather than one shared n-gram, because benchmarks reuse
+    boilerplate ("Try to explain your answer. Your explanation should take the reader
+    through your reasoning step-by-step.") that would otherwise flag every pool item
+    that happens to use it.
+    ``advance`` is called with the number of pool prompts checked.
+    """
+    if not tests or not pool:
+        return list(pool), Counter(), {}
+    test_texts, test_owner = _units(tests)
+    test_sigs = signatures(test_texts, num_perm, seed, shingle, shingle_ngram)
+    lsh = lsh_index(threshold, num_perm)
+    for j, sig in enumerate(test_sigs):
+        lsh.insert(j, lean_minhash(sig, seed), check_duplication=False)
+
+    # Distinct n-grams of each test item, sorted, with their owner: np.searchsorted finds pool hits.
+    grams = [np.unique(_prompt_ngrams(t, ngram)) for t in tests]
+    n_grams = np.array([len(g) for g in grams], dtype=np.int64)
+    owners = np.repeat(np.arange(len(tests), dtype=np.int64), n_grams)
+    all_grams = np.concatenate(grams) if grams else np.zeros(0, dtype=np.uint64)
+    order = np.argsort(all_grams, kind="stable")
+    sorted_grams, sorted_owner = all_grams[order], owners[order]
+
+    pool_texts, pool_owner = _units(pool)
+    pool_sigs = signatures(pool_texts, num_perm, seed, shingle, shingle_ngram)
+    hit_test: dict[int, int] = {}
+    for u, sig in enumerate(pool_sigs):
+        owner = int(pool_owner[u])
+        if owner in hit_test:
+            continue
+        candidates = sorted(lsh.query(lean_minhash(sig, seed)))
+        if candidates:
+            sims = similarity(test_sigs[candidates], sig)
+            best = int(np.argmax(sims))
+            if sims[best] >= threshold:
+                hit_test[owner] = int(test_owner[candidates[best]])
+
+    kept: list[Prompt] = []
+    dropped: Counter[str] = Counter()
+    matches: dict[str, str] = {}
+    for i, p in enumerate(pool):
+        if i in hit_test:
+            dropped["contaminated_minhash"] += 1
+            matches[p.id] = tests[hit_test[i]].id
+        else:
+            hit = _ngram_hit(_prompt_ngrams(p, ngram), sorted_grams, sorted_owner, n_grams, ngram_coverage)
+            if hit is None:
+                kept.append(p)
+            else:
+                dropped["contaminated_ngram"] += 1
+                matches[p.id] = tests[hit].id
+        if advance is not None:
+            advance(1)
+    return kept, dropped, matches

@@ -1,0 +1,187 @@
+"""The training pool: decontamination against the test set, stratified seeded slices, the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from arena_learning.curate.commands import register
+from arena_learning.curate.decontam import decontaminate
+from arena_learning.curate.ingest import ingest
+from arena_learning.curate.slices import cut_slices, slice_sizes, stratified_order
+from arena_learning.errors import ArenaError
+from arena_learning.records import Prompt
+from arena_learning.store import Store
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def shared(*parts: str) -> Path:
+    path = DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared test data not found at {path} (tests read ../shared/data beside the repository)")
+    return path
+
+
+def P(id: str, *turns: str, **kw) -> Prompt:
+    return Prompt(id=id, turns=list(turns), source="test", **kw)
+
+
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+# ---- decontamination ---------------------------------------------------------------------------
+
+
+def test_planted_test_items_are_removed_from_the_pool_and_nothing_else():
+    tests = ingest([shared("mt_bench", "question.jsonl")]).prompts
+    pool = ingest([shared("arena-hard-v0.1", "question.jsonl")]).prompts[:300]
+    by_id = {t.id: t for t in tests}
+    planted = [
+        # the whole two-turn test item, verbatim
+        P("copy", *by_id["81"].turns),
+        # its first turn alone, lower-cased, with a typo
+        P("first-turn", by_id["82"].turns[0].lower().replace("feedback", "feedbak")),
+        # a test prompt pasted inside a longer request: Jaccard is low, the long n-grams match
+        P("embedded", "I have a homework question and need it solved quickly, with all the steps shown "
+                      "so that I can copy them into my notebook tonight before class: " + by_id["111"].turns[0]
+                      + " Please also double check the final number twice."),
+        # the second turn of a test item as the follow-up of another conversation
+        P("second-turn", "Hello! I need some help with my writing.", by_id["84"].turns[1]),
+    ]
+    kept, dropped, matches = decontaminate(pool + planted, tests, threshold=0.7, ngram=13)
+    assert [p.id for p in kept] == [p.id for p in pool]
+    assert sum(dropped.values()) == 4
+    assert matches == {"copy": "81", "first-turn": "82", "embedded": "111", "second-turn": "84"}
+    assert dropped["contaminated_ngram"] >= 1  # "embedded" can only be caught by n-grams
+
+
+def test_shared_boilerplate_alone_does_not_make_an_item_contaminated():
+    vicuna = {p.id: p for p in ingest([shared("vicuna_bench", "question.jsonl")]).prompts}
+    # Questions 41-50 all end "Try to explain your answer. Your explanation should take the
+    # reader through your reasoning step-by-step." but ask different things.
+    tests = [vicuna["46"]]
+    pool = [vicuna[str(i)] for i in range(41, 51) if i != 46]
+    kept, dropped, _ = decontaminate(pool, tests)
+    assert len(kept) == 9 and not dropped
+
+
+def test_decontaminate_with_no_tests_keeps_the_pool():
+    pool = [P("a", "x y z")]
+    assert decontaminate(pool, [])[0] == pool
+
+
+# ---- slices ------------------------------------------------------------------------------------
+
+
+def _clustered(sizes: dict[str, int]) -> list[Prompt]:
+    out = []
+    for c, n in sizes.items():
+        out.extend(P(f"{c}-{i}", f"prompt {c} {i}", cluster=c) for i in range(n))
+    return out
+
+
+def test_slices_partition_the_pool_with_each_cluster_in_proportion():
+    sizes = {"c00": 400, "c01": 250, "c02": 120, "c03": 37, "c04": 9}
+    pool = _clustered(sizes)
+    slices = cut_slices(pool, 5, seed=1)
+    ids = [p.id for s in slices for p in s]
+    assert sorted(ids) == sorted(p.id for p in pool)  # every prompt in exactly one slice
+    assert [len(s) for s in slices] == [164, 163, 163, 163, 163]
+    for s in slices:
+        counts = Counter(p.cluster for p in s)
+        for c, n in sizes.items():
+            assert abs(counts[c] - n * len(s) / len(pool)) <= 1.5, (c, counts[c])
+    assert {p.meta["slice"] for p in slices[2]} == {"D2"}
+
+
+def test_slices_are_seeded():
+    pool = _clustered({"a": 30, "b": 20})
+    one = [[p.id for p in s] for s in cut_slices(pool, 3, seed=4)]
+    two = [[p.id for p in s] for s in cut_slices(pool, 3, seed=4)]
+    three = [[p.id for p in s] for s in cut_slices(pool, 3, seed=5)]
+    assert one == two and one != three
+
+
+def test_d0_can_have_its_own_size():
+    pool = _clustered({"a": 60, "b": 40})
+    slices = cut_slices(pool, 4, seed=0, d0_size=10)
+    assert [len(s) for s in slices] == [10, 30, 30, 30]
+    assert Counter(p.cluster for p in slices[0]) == {"a": 6, "b": 4}
+    with pytest.raises(ArenaError, match="d0_size"):
+        slice_sizes(5, 3, d0_size=9)
+
+
+def test_unclustered_prompts_are_shuffled_as_one_stratum():
+    pool = [P(str(i), f"text {i}") for i in range(10)]
+    order = stratified_order(pool, seed=3)
+    assert sorted(order.tolist()) == list(range(10)) and order.tolist() != list(range(10))
+
+
+# ---- the CLI -----------------------------------------------------------------------------------
+
+
+def _pool_config(tmp_path: Path, **lines: str) -> Path:
+    text = f"""
+workspace: {tmp_path / 'ws'}
+seed: 2
+sources:
+  - path: {shared('sharegpt_sample', 'dummy_conversation.json')}
+  - path: {shared('vicuna_bench', 'question.jsonl')}
+decontam:
+  test_sets: []
+  test_sources:
+    - path: {shared('mt_bench', 'question.jsonl')}
+embed:
+  max_seq_length: 64
+slices:
+  n_slices: 3
+  n_clusters: 4
+"""
+    path = tmp_path / "pool.yaml"
+    path.write_text(text + "".join(f"{k}: {v}\n" for k, v in lines.items()), encoding="utf-8")
+    return path
+
+
+def test_cli_pool_build_decontaminates_and_writes_slices(tmp_path):
+    config = _pool_config(tmp_path)
+    result = CliRunner().invoke(cli(), ["pool", "build", str(config), "-q"], terminal_width=150)
+    assert result.exit_code == 0, result.output
+    assert "pool: counts per step" in result.output and "slices per cluster" in result.output
+    with Store(tmp_path / "ws") as store:
+        sets = store.prompt_sets()
+        clean = store.get_prompts("pool/clean")
+        slices = [store.get_prompts(f"pool/D{i}") for i in range(3)]
+        steps = {s["name"]: s for s in store.get_meta("pool/steps")}
+        matches = store.get_meta("pool/decontam_matches")
+    assert sets["pool/ingested"] == 580
+    assert sum(map(len, slices)) == len(clean) and all(p.cluster for p in clean)
+    # Vicuna's question 81-twin ("Compose an engaging travel blog post about a recent trip to
+    # Hawaii") is MT-Bench question 81's first turn: decontamination must catch it.
+    assert matches.get("77") == "81"
+    assert steps["decontaminate"]["n_in"] - steps["decontaminate"]["n_out"] == len(matches)
+    d0 = (tmp_path / "ws" / "sets" / "pool" / "D0.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in d0] == [p.id for p in slices[0]]
+
+    # Fewer slices on a rerun: the old D2 must not linger.
+    again = CliRunner().invoke(cli(), ["pool", "build", str(config), "-q", "--set", "slices.n_slices=2"])
+    assert again.exit_code == 0, again.output
+    with Store(tmp_path / "ws") as store:
+        assert store.get_prompts("pool/D2") == []
+        assert len(store.get_prompts("pool/D0")) + len(store.get_prompts("pool/D1")) == len(clean)
+
+
+def test_cli_pool_build_needs_the_named_test_set(tmp_path):
+    config = tmp_path / "pool.yaml"
+    config.write_text(f"workspace: {tmp_path / 'ws'}\nsources:\n  - path: {shared('vicuna_bench', 'question.jsonl')}\n")
+    result = CliRunner().invoke(cli(), ["pool", "build", str(config)])
+    assert result.exit_code == 2
+    assert "'testset/mix'" in result.output and "arena testset build" in result.output
