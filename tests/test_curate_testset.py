@@ -19,8 +19,10 @@ from arena_learning.curate.settings import CleanSettings, DiverseSettings, HardS
 from arena_learning.curate.testset import (
     build_testset,
     cluster_embeddings,
+    default_difficulty_judge,
     difficulty_messages,
     difficulty_text,
+    judge_difficulty_scorer,
     mix,
     parse_difficulty,
     project_2d,
@@ -241,6 +243,28 @@ def test_hard_set_without_a_judge_is_an_error(arena_hard):
         build_testset(prompts[:20], emb[:20], DiverseSettings(n_clusters=2), HardSettings(top_n=3))
 
 
+def test_difficulty_through_the_bundled_judge_is_cached_in_the_ledger(tmp_path):
+    pytest.importorskip("llama_cpp")
+    prompts = [
+        P("easy", "Say hello to my friend."),
+        P("hard", "Prove that there are infinitely many primes of the form 4k+3."),
+        P("two", "Write a poem about the sea.", "Now rewrite it as a sonnet in French."),
+    ]
+    with Store(tmp_path / "ws") as store:
+        score = judge_difficulty_scorer(store, default_difficulty_judge(), label="difficulty (test)")
+        scored, counts = score_difficulty(prompts, score)
+        calls = store.call_counts()
+        assert calls == {"ok": 4}  # one call per user turn, every one recorded
+        assert counts["difficulty_scored"] + counts["difficulty_failed"] == 3
+        for p in scored:  # a score is 1-10 or missing, never a default
+            assert all(s is None or 1 <= s <= 10 for s in p.meta["difficulty_turns"])
+        # A rerun is answered by the ledger: the same scores, no call sent again.
+        again, _ = score_difficulty(prompts, judge_difficulty_scorer(store, default_difficulty_judge()))
+        assert [p.meta["difficulty_turns"] for p in again] == [p.meta["difficulty_turns"] for p in scored]
+        attempts = [a for (a,) in store.db.execute("SELECT attempts FROM calls")]
+        assert store.call_counts() == calls and attempts == [1, 1, 1, 1]
+
+
 # ---- the CLI ---------------------------------------------------------------------------------------
 
 
@@ -293,6 +317,30 @@ def test_cli_testset_build_writes_the_sets_and_prints_the_tables(tmp_path):
     assert other.exit_code == 0, other.output
     with Store(tmp_path / "ws") as store:
         assert store.prompt_sets()["testset/mix"] == 8
+
+
+def test_cli_testset_build_with_a_hard_half_from_the_bundled_judge(tmp_path):
+    pytest.importorskip("llama_cpp")
+    app = typer.Typer()
+    register(app)
+    config = _config(tmp_path)
+    args = ["testset", "build", str(config), "-q", "--set", "hard.top_n=3", "--set", "hard.candidates=6"]
+    result = CliRunner().invoke(app, args, terminal_width=150)
+    assert result.exit_code == 0, result.output
+    with Store(tmp_path / "ws") as store:
+        hard = store.get_prompts("testset/hard")
+        mixed = store.get_prompts("testset/mix")
+        calls = store.call_counts()
+        steps = {s["name"]: s for s in store.get_meta("testset/steps")}
+    assert steps["hard"]["n_in"] == 6 and sum(calls.values()) == 12  # 6 two-turn MT-Bench questions
+    assert len(hard) == min(3, steps["hard"]["notes"]["scored"])
+    assert all(p.difficulty is not None and p.cluster is not None for p in hard)
+    assert {p.id for p in hard} <= {p.id for p in mixed}
+    again = CliRunner().invoke(app, args, terminal_width=150)
+    assert again.exit_code == 0, again.output
+    with Store(tmp_path / "ws") as store:
+        assert store.call_counts() == calls  # resumed from the ledger, nothing sent twice
+        assert [p.id for p in store.get_prompts("testset/hard")] == [p.id for p in hard]
 
 
 def test_cli_testset_build_reports_config_errors_with_the_key(tmp_path):

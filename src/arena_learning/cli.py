@@ -244,16 +244,13 @@ def serve(
 
 
 def _register_extensions() -> None:
-    import importlib.util  # TEMPORARY until helpers land
+    from .arena import audit_commands
+    from .curate import commands as curate_commands
+    from .rating import commands as rating_commands
 
-    if importlib.util.find_spec("arena_learning.rating.commands"):
-        from .rating import commands as rating_commands
-
-        rating_commands.register(app)
-    if importlib.util.find_spec("arena_learning.curate.commands"):
-        from .curate import commands as curate_commands
-
-        curate_commands.register(app)
+    rating_commands.register(app)
+    curate_commands.register(app)
+    audit_commands.register(app)
 
 
 _register_extensions()

@@ -231,7 +231,19 @@ class JudgeConfig(Section):
 
 
 class BattleConfig(Section):
-    schedule: Literal["all_pairs"] = "all_pairs"
+    """Which pairs meet on which prompts."""
+
+    schedule: Literal["all", "baseline", "target", "adaptive"] = Field(
+        "all",
+        description="all: every pair on every prompt; baseline: every model against `baseline` (arena-hard style); "
+        "target: `target` against every other model (the flywheel); adaptive: judge calls spent on the pairs "
+        "whose order is still uncertain",
+    )
+    baseline: str | None = None
+    target: str | None = None
+    budget: int | None = Field(None, ge=1, description="adaptive: battles to judge (default: half the round robin)")
+    batch_size: int = Field(64, ge=1, description="adaptive: battles judged between two refits")
+    seed: int = 0
 
 
 class RatingConfig(Section):
@@ -262,6 +274,12 @@ class RunConfig(Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"model names must be unique; repeated: {', '.join(dupes)}")
+        for key in ("baseline", "target"):
+            value = getattr(self.battles, key)
+            if value is not None and value not in names:
+                raise ValueError(f"battles.{key} {value!r} is not one of the models: {', '.join(names)}")
+        if self.battles.schedule in ("baseline", "target") and getattr(self.battles, self.battles.schedule) is None:
+            raise ValueError(f"battles.schedule {self.battles.schedule!r} needs battles.{self.battles.schedule}")
         if self.ratings.anchor is not None and self.ratings.anchor not in names:
             raise ValueError(f"ratings.anchor {self.ratings.anchor!r} is not one of the models: {', '.join(names)}")
         return self

@@ -16,8 +16,8 @@ import yaml
 from .arena.answers import answer_prompts
 from .arena.battles import combine_games, plan_battles
 from .arena.calls import CallStats, make_progress
-from .arena.judges import VerifierJudge
-from .arena.schedule import all_pairs
+from .arena.judges import PairTask, VerifierJudge
+from .arena.schedule import AdaptiveScheduler, run_schedule, schedule_pairs
 from .config import RunConfig
 from .curate.tasks import generate_tasks
 from .engines import build_engine
@@ -130,34 +130,66 @@ def make_judge(cfg: RunConfig):  # noqa: ANN201 - VerifierJudge | LLMJudge | Pan
 
 
 def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True) -> BattleReport:
-    """Judge every scheduled pair on every prompt; store judgments and battles."""
+    """Judge the scheduled pairs on the prompts both answered; store judgments and battles."""
     prompts = stage_prompts(cfg, store)
     names = [m.name for m in cfg.models]
     answers = [a for a in store.get_answers() if a.model in set(names)]
     if not prompts or not answers:
         raise ArenaError(f"{store.root} has no answers yet: run `arena answer` (or `arena run`) first")
-    plan = plan_battles(prompts, answers, all_pairs(names))
     judge = make_judge(cfg)
-    stats = None
-    if isinstance(judge, VerifierJudge):
-        judgments = judge.judge_pairs(plan.tasks)
-    else:
-        async def go(progress) -> list[Judgment]:  # noqa: ANN001
-            return await judge.judge_pairs(store, plan.tasks, progress)
+    sched = cfg.battles
+    progress = make_progress() if show_progress else None
 
-        if show_progress:
-            with make_progress() as progress:
-                judgments = asyncio.run(go(progress))
+    def judge_tasks(tasks: list) -> list[Judgment]:  # noqa: ANN001 - list[PairTask]
+        if isinstance(judge, VerifierJudge):
+            return judge.judge_pairs(tasks)
+        return asyncio.run(judge.judge_pairs(store, tasks, progress))
+
+    if progress is not None:
+        progress.start()
+    try:
+        if sched.schedule == "adaptive":
+            judgments, missing = _adaptive(cfg, prompts, answers, judge_tasks)
         else:
-            judgments = asyncio.run(go(None))
+            pairs = schedule_pairs(sched.schedule, names, baseline=sched.baseline, target=sched.target)
+            plan = plan_battles(prompts, answers, pairs)
+            judgments, missing = judge_tasks(plan.tasks), plan.missing
+    finally:
+        if progress is not None:
+            progress.stop()
+    stats = None
+    if not isinstance(judge, VerifierJudge):
         stats = judge.stats.as_dict()
         store.set_meta(f"judge_stats/{judge.name}", stats)
     store.put_judgments(judgments)
-    battles = combine_games([j for j in judgments if j.judge == cfg.judge.name], cfg.judge.tie_threshold,
-                            mode=cfg.judge.combine)
+    mine = [j for j in judgments if j.judge == cfg.judge.name]
+    battles = combine_games(mine, cfg.judge.tie_threshold, mode=cfg.judge.combine)
     store.replace_battles(cfg.judge.name, battles)
-    failed = sum(1 for j in judgments if j.status == "failed" and j.judge == cfg.judge.name)
-    return BattleReport(battles=battles, judged=len(judgments), missing=plan.missing, failed=failed, stats=stats)
+    failed = sum(1 for j in mine if j.status == "failed")
+    return BattleReport(battles=battles, judged=len(judgments), missing=missing, failed=failed, stats=stats)
+
+
+def _adaptive(cfg: RunConfig, prompts: list[Prompt], answers: list, judge_tasks) -> tuple[list[Judgment], dict]:  # noqa: ANN001
+    """Judge in batches chosen by the adaptive scheduler, refitting ratings between batches."""
+    names = [m.name for m in cfg.models]
+    by_key = {(a.prompt_id, a.model): a for a in answers}
+    by_id = {p.id: p for p in prompts}
+    # Only prompts every model answered: the scheduler may pair any two models on any of them.
+    usable = [p.id for p in prompts if all((p.id, m) in by_key for m in names)]
+    missing = {m: sum(1 for p in prompts if (p.id, m) not in by_key) for m in names}
+    scheduler = AdaptiveScheduler(names, usable, batch_size=cfg.battles.batch_size, budget=cfg.battles.budget,
+                                  seed=cfg.battles.seed)
+    judgments: list[Judgment] = []
+
+    def judge_batch(batch: list) -> list[Battle]:  # noqa: ANN001 - list of (prompt_id, model_a, model_b)
+        tasks = [PairTask(by_id[pid], by_key[(pid, a)], by_key[(pid, b)]) for pid, a, b in batch]
+        got = judge_tasks(tasks)
+        judgments.extend(got)
+        mine = [j for j in got if j.judge == cfg.judge.name]
+        return combine_games(mine, cfg.judge.tie_threshold, mode=cfg.judge.combine)
+
+    run_schedule(scheduler, judge_batch)
+    return judgments, {m: n for m, n in missing.items() if n}
 
 
 def stage_ratings(cfg: RunConfig, store: Store) -> list[Rating]:

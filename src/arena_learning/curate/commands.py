@@ -238,7 +238,7 @@ def _embed(prompts: Sequence[Prompt], cfg: TestsetConfig | PoolConfig, track: Tr
 
     model = load_embedder(cfg.embed.model, cfg.embed.device, cfg.embed.max_seq_length)
     advance = track(f"embed ({cfg.embed.model})", len(prompts))
-    return embed_prompts(prompts, model, cfg.embed.text, cfg.embed.batch_size, advance)
+    return embed_prompts(prompts, model, cfg.embed.text, cfg.embed.batch_size, advance, cfg.embed.threads)
 
 
 def _difficulty_scorer(store: Store, cfg: TestsetConfig) -> Any:

@@ -266,10 +266,10 @@ def judge_moderator(store: Store, settings: ModerationSettings, label: str = "mo
     if settings.judge is None:
         raise ConfigError("clean.moderation.mode is 'judge' but clean.moderation.judge names no model")
     engine = build_engine(settings.judge)
-    params = settings.judge.params.model_dump()
 
     def flag(turns: list[str]) -> list[bool | None]:
-        requests = [Request(messages=moderation_messages(t), params=params) for t in turns]
+        # No params: the engine applies the spec's own, and the ledger key includes them.
+        requests = [Request(messages=moderation_messages(t)) for t in turns]
         replies = run_requests(store, engine, requests, label=label)
         return [parse_moderation(r.text) if r is not None else None for r in replies]
 

@@ -622,9 +622,10 @@ class Ingestor:
         for row in iter_rows(path):
             if advance is not None:
                 advance(1)
-            if row.kind is None:
+            if row.kind != "empty_file":
                 counts["read"] += 1
                 self.report.counts["read"] += 1
+            if row.kind is None:
                 if _bad_bytes(row.data):
                     row.kind, row.reason = "not_utf8", "not valid UTF-8; re-encode the file as UTF-8"
                 else:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from ..config import ModelSpec, SamplingParams, Section
+from ..config import ModelSpec, Section
 
 SourceFormat = Literal["auto", "sharegpt", "openai", "alpaca", "mtbench", "arenahard"]
 """Record layouts the readers know; ``auto`` detects the layout from a file's first good record."""
@@ -105,6 +105,9 @@ class EmbedSettings(Section):
     batch_size: int = Field(64, ge=1)
     max_seq_length: int | None = Field(None, ge=8, description="truncate inputs to this many tokens (None: the model's own)")
     device: str = "cpu"
+    threads: int | None = Field(
+        None, ge=1, description="torch CPU threads while embedding (None: torch's default, one per core)"
+    )
 
 
 class DiverseSettings(Section):
@@ -119,19 +122,20 @@ class DiverseSettings(Section):
     projection_max_points: int = Field(5000, ge=10, description="a seeded sample (selected prompts always in) is projected")
 
 
-DEFAULT_DIFFICULTY_JUDGE = ModelSpec(
-    name="difficulty-judge",
-    engine="llamacpp",
-    model="bundled",
-    params=SamplingParams(max_tokens=96, temperature=0.0),
-)
+def _default_difficulty_judge() -> ModelSpec:
+    from .testset import default_difficulty_judge
+
+    return default_difficulty_judge()
 
 
 class HardSettings(Section):
     """The hard half: a judge rates each user turn's difficulty 1-10, the top N conversations are kept."""
 
     top_n: int = Field(0, ge=0, description="hard prompts to keep (0: no hard set)")
-    judge: ModelSpec = Field(default_factory=lambda: DEFAULT_DIFFICULTY_JUDGE.model_copy(deep=True))
+    judge: ModelSpec = Field(
+        default_factory=_default_difficulty_judge,
+        description="any ModelSpec; the default is the bundled base model prompted with a few rated examples",
+    )
     candidates: int | None = Field(None, ge=1, description="rate a seeded sample of this many prompts (None: all)")
     exclude_diverse: bool = Field(False, description="take the hard set from prompts not already in the diverse set")
 

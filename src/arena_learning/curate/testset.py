@@ -180,12 +180,49 @@ def difficulty_text(turns: Sequence[str], i: int) -> str:
     return f"Earlier in the conversation:\n{earlier}\n\nThe request to rate (user turn {i + 1}):\n{turns[i]}"
 
 
+def difficulty_request(text: str) -> str:
+    """Return the user message that asks about one request (delimited, so the request cannot pose as instructions)."""
+    return f"Request:\n<<<\n{text}\n>>>\nRate its difficulty."
+
+
 def difficulty_messages(text: str) -> list[dict[str, str]]:
     """Return the chat messages that ask the difficulty judge about one request."""
-    return [
-        {"role": "system", "content": DIFFICULTY_SYSTEM},
-        {"role": "user", "content": f"Request:\n<<<\n{text}\n>>>\nRate its difficulty."},
+    return [{"role": "system", "content": DIFFICULTY_SYSTEM}, {"role": "user", "content": difficulty_request(text)}]
+
+
+DIFFICULTY_EXAMPLES: tuple[tuple[str, int, str], ...] = (
+    ("Say hi.", 1, "small talk"),
+    ("Write a haiku about autumn.", 3, "short creative writing"),
+    ("Explain how TCP congestion control works.", 6, "technical knowledge"),
+    (
+        "Prove that every planar graph is 4-colourable, sketching the computer-assisted steps.",
+        10,
+        "expert mathematics and long reasoning",
+    ),
+)
+
+
+def default_difficulty_judge() -> ModelSpec:
+    """Return the offline default judge: the bundled base model, completion mode, a few rated examples.
+
+    A 270M base model follows the JSON shape from the examples but rates poorly;
+    real test sets want a strong chat model behind an OpenAI-compatible endpoint.
+    """
+    from ..config import ModelSpec, PromptFormat, SamplingParams
+
+    few_shot = [
+        (difficulty_request(q), json.dumps({"difficulty": d, "reason": why})) for q, d, why in DIFFICULTY_EXAMPLES
     ]
+    return ModelSpec(
+        name="difficulty-judge",
+        engine="llamacpp",
+        model="bundled",
+        mode="completion",
+        prompt_format=PromptFormat(
+            user_prefix="", user_suffix="\n", assistant_prefix="Rating:", assistant_suffix="\n\n", few_shot=few_shot
+        ),
+        params=SamplingParams(max_tokens=48, temperature=0.0, stop=["\n"]),
+    )
 
 
 _JSON_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
@@ -262,10 +299,10 @@ def judge_difficulty_scorer(store: Store, spec: ModelSpec, label: str = "difficu
     from ..engines.base import Request
 
     engine = build_engine(spec)
-    params = spec.params.model_dump()
 
     def score(texts: list[str]) -> list[float | None]:
-        requests = [Request(messages=difficulty_messages(t), params=params) for t in texts]
+        # No params: the engine applies the spec's own, and the ledger key includes them.
+        requests = [Request(messages=difficulty_messages(t)) for t in texts]
         replies = run_requests(store, engine, requests, label=label)
         return [parse_difficulty(r.text) if r is not None else None for r in replies]
 
