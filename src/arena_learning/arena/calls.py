@@ -96,7 +96,7 @@ async def arun_requests(
 
     writer = _LedgerWriter(store)
     # Bound the coroutines alive at once; the engine bounds what is on the wire.
-    gate = asyncio.Semaphore(max(1, engine.concurrency * 2))
+    gate = asyncio.Semaphore(max(1, engine.in_flight))
     task_id = progress.add_task(label, total=len(todo)) if progress is not None and todo else None
 
     async def one(key: str, req: Request) -> None:

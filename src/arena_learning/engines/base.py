@@ -69,6 +69,12 @@ class Engine(abc.ABC):
         """How many requests the caller should keep in flight."""
         return 1
 
+    @property
+    def in_flight(self) -> int:
+        """How many calls the caller may have started at once (queued in the engine included)."""
+        # Twice the concurrency keeps remote endpoints busy while results are written.
+        return 2 * self.concurrency
+
     def default_params(self) -> dict[str, Any]:
         """Return the spec's sampling params, which a request's own params override."""
         return self.spec.params.model_dump()
