@@ -138,3 +138,13 @@ def test_run_killed_mid_answer_resumes_without_repeating_work(finished_run, tmp_
     assert sum(s["cached"] for s in stats.values()) == len(before)
     assert sum(s["sent"] for s in stats.values()) == TOTAL_CALLS - len(before)
     assert battles(ws) == battles(ws_full)
+
+
+def test_leaderboard_with_style_control(finished_run):
+    _, ws, proc = finished_run
+    out = json.loads(arena("leaderboard", ws, "--style-control", "--json").stdout)
+    plain = {r["model"]: r["rating"] for r in json.loads(proc.stdout)}
+    assert {r["model"] for r in out["ratings"]} == set(plain)
+    assert all(r["rating"] == pytest.approx(plain[r["model"]], abs=1e-6) for r in out["ratings"])
+    assert set(out["style_coefficients"]) == {"length", "headers", "lists", "bold"}
+    assert all(r["delta"] == pytest.approx(r["rating_controlled"] - r["rating"]) for r in out["ratings"])

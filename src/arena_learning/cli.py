@@ -199,16 +199,42 @@ def leaderboard(
     workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
     json_out: Annotated[bool, typer.Option("--json", help="print the ratings as JSON")] = False,
     csv: Annotated[Path | None, typer.Option("--csv", help="also write the ratings to this CSV file")] = None,
+    style_control: Annotated[bool, typer.Option(
+        "--style-control", help="also fit ratings controlled for answer length, headers, lists and bold")] = False,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
     if not (workspace / "arena.db").is_file():
         raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
+    if style_control:
+        _style_board(workspace, json_out)
+        return
     ratings = pipeline.workspace_board(workspace)
     if csv is not None:
         from .rating.commands import write_leaderboard_csv
 
         write_leaderboard_csv(ratings, csv)
     _emit_board(ratings, json_out)
+
+
+def _style_board(workspace: Path, json_out: bool) -> None:
+    with Store(workspace) as store:
+        result = pipeline.stage_style_control(pipeline.load_saved_config(store), store)
+    rows = result.to_rows()
+    if json_out:
+        sys.stdout.write(json.dumps({"ratings": rows, "style_coefficients": result.coefficient_table()}, indent=2) + "\n")
+        return
+    table = Table(title="leaderboard with and without style control", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("model", "rating", "controlled", "95% CI", "rank", "delta"):
+        table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    for r in rows:
+        ci = f"{r['ci_low_controlled']:.0f}..{r['ci_high_controlled']:.0f}" if r["ci_low_controlled"] is not None else "-"
+        table.add_row(str(r["model"]), f"{r['rating']:.1f}", f"{r['rating_controlled']:.1f}", ci,
+                      f"{r['rank']} -> {r['rank_controlled']}", f"{r['delta']:+.1f}")
+    console.print(table)
+    coefs = ", ".join(f"{k} {v:+.3f}" for k, v in result.coefficient_table().items())
+    console.print(f"style coefficients (log-odds per SD of the normalised difference; + means the judge prefers more): {coefs}")
+    for w in result.warnings:
+        err_console.print(f"[yellow]{w}")
 
 
 def _emit_board(ratings: list[Rating], json_out: bool) -> None:

@@ -18,7 +18,7 @@ from .arena.battles import combine_games, plan_battles
 from .arena.calls import CallStats, make_progress
 from .arena.judges import PairTask, VerifierJudge
 from .arena.schedule import AdaptiveScheduler, run_schedule, schedule_pairs
-from .config import RunConfig
+from .config import RunConfig, validate_config
 from .curate.tasks import generate_tasks
 from .engines import build_engine
 from .errors import ArenaError
@@ -48,7 +48,8 @@ def load_saved_config(store: Store) -> RunConfig:
     data = store.get_meta("config")
     if data is None:
         raise ArenaError(f"{store.root} holds no run: run `arena run CONFIG --workspace {store.root}` first")
-    return RunConfig.model_validate(data)
+    # A workspace written by another version may not validate: say so rather than crash.
+    return validate_config(data, RunConfig, f"the config saved in {store.root} (rerun `arena run` to refresh it)")
 
 
 def stage_prompts(cfg: RunConfig, store: Store) -> list[Prompt]:
@@ -203,6 +204,21 @@ def stage_ratings(cfg: RunConfig, store: Store) -> list[Rating]:
     return leaderboard(
         battles, anchor=r.anchor, anchor_rating=r.anchor_rating, bootstrap=r.bootstrap, resample=r.resample, seed=r.seed
     )
+
+
+def stage_style_control(cfg: RunConfig, store: Store):  # noqa: ANN201 - rating.style.StyleResult
+    """Return ratings with and without style control (length, headers, lists, bold of the answers)."""
+    from .rating.style import style_control, style_features
+
+    battles = store.get_battles(cfg.judge.name)
+    if not battles:
+        raise ArenaError(f"{store.root} has no battles yet: run `arena battle` (or `arena run`) first")
+    text = {(a.prompt_id, a.model): "\n\n".join(a.turns) for a in store.get_answers()}
+    features_a = style_features([text.get((b.prompt_id, b.model_a), "") for b in battles])
+    features_b = style_features([text.get((b.prompt_id, b.model_b), "") for b in battles])
+    r = cfg.ratings
+    return style_control(battles, features_a, features_b, anchor=r.anchor, anchor_rating=r.anchor_rating,
+                         bootstrap=r.bootstrap, resample=r.resample, seed=r.seed)
 
 
 def workspace_board(path: str | Path) -> list[Rating]:
