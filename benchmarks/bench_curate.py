@@ -105,7 +105,8 @@ def synthesise(n: int, seed: int) -> list[dict]:
         else:
             n_turns = rng.choices([1, 2, 3], weights=[6, 3, 1])[0]
             turns = [edited(rng.choice(users))]
-            turns += [rng.choice(FOLLOW_UPS) if rng.random() < 0.6 else edited(rng.choice(users)) for _ in range(n_turns - 1)]
+            for _ in range(n_turns - 1):
+                turns.append(rng.choice(FOLLOW_UPS) if rng.random() < 0.6 else edited(rng.choice(users)))
         replies = [rng.choice(answers)[: rng.randrange(100, 600)] for _ in turns]
         convs.append({"id": f"syn-{i}", "turns": turns, "replies": replies})
     return convs
@@ -232,7 +233,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_sources(convs, Path(tmp))
         size = sum(p.stat().st_size for p in paths) / 1e6
-        print(f"  synthesised and wrote {size:,.0f} MB in {time.perf_counter() - t:.1f} s (not a pipeline stage)", flush=True)
+        took = time.perf_counter() - t
+        print(f"  synthesised and wrote {size:,.0f} MB in {took:.1f} s (not a pipeline stage)", flush=True)
         del convs
         st = Stages()
         report = st.run("ingest (json+jsonl+parquet)", args.n, lambda: ingest(paths))

@@ -99,7 +99,8 @@ def test_language_filter_drops_confident_other_languages_and_keeps_short_texts()
 
 def test_word_list_flags_whole_words_and_phrases_case_insensitively():
     mod = WordListModerator(["bad thing", "csam"], [r"\bkill\s+all\b"])
-    assert mod(["A BAD   thing happened", "csamples are fine", "Kill all the bugs", "plain"]) == [True, False, True, False]
+    flags = mod(["A BAD   thing happened", "csamples are fine", "Kill all the bugs", "plain"])
+    assert flags == [True, False, True, False]
 
 
 def test_a_conversation_is_dropped_when_any_user_turn_is_flagged():
@@ -200,7 +201,7 @@ def test_clean_counts_every_drop_on_the_sharegpt_sample():
     prompts = ingest([shared("sharegpt_sample", "dummy_conversation.json")]).prompts
     kept, steps = clean(prompts, CleanSettings())
     assert [s.name for s in steps] == [
-        "length", "empty/garbled", "language", "moderation", "exact dedupe", "near dedupe"
+        "length", "empty/garbled", "exact dedupe", "near dedupe", "language", "moderation"
     ]
     for a, b in zip(steps, steps[1:]):
         assert a.n_out == b.n_in
@@ -208,13 +209,14 @@ def test_clean_counts_every_drop_on_the_sharegpt_sample():
         assert s.n_in - s.n_out == sum(s.dropped.values())
     assert steps[0].n_in == 500 and steps[-1].n_out == len(kept)
     # The sample repeats a few identity questions many times over.
-    assert steps[4].dropped["exact_duplicate"] > 300
+    assert steps[2].dropped["exact_duplicate"] > 300
     assert len({normalize(" ".join(p.turns)) for p in kept}) == len(kept)
 
 
 def test_clean_with_moderation_off_and_no_languages_skips_those_steps():
     settings = CleanSettings(languages=[], moderation=ModerationSettings(mode="off"))
     _, steps = clean([P("a", "Tell me a story about a brave mouse.")], settings)
+    # no language, no moderation step
     assert [s.name for s in steps] == ["length", "empty/garbled", "exact dedupe", "near dedupe"]
 
 
@@ -222,7 +224,7 @@ def test_clean_uses_a_given_moderator():
     prompts = [P("a", "Tell me a story about a brave mouse."), P("b", "Tell me about the weather on Mars.")]
     flag_mars = lambda turns: ["Mars" in t for t in turns]  # noqa: E731
     kept, steps = clean(prompts, CleanSettings(), moderator=flag_mars)
-    assert [p.id for p in kept] == ["a"] and steps[3].dropped == {"moderation": 1}
+    assert [p.id for p in kept] == ["a"] and steps[-1].dropped == {"moderation": 1}
 
 
 def test_mt_bench_json_round_trip_keeps_counts_stable():
@@ -232,3 +234,25 @@ def test_mt_bench_json_round_trip_keeps_counts_stable():
     again, steps2 = clean(kept, CleanSettings())
     assert [p.id for p in again] == [p.id for p in kept]  # cleaning is idempotent
     assert all(s.n_in == s.n_out for s in steps2)
+
+
+def test_moderation_judge_goes_through_the_engine_and_the_ledger(tmp_path):
+    pytest.importorskip("llama_cpp")
+    from arena_learning.config import ModelSpec, SamplingParams
+    from arena_learning.curate.filters import build_moderator
+    from arena_learning.store import Store
+
+    # The bundled 270M base model is no moderator: this pins the wiring (one cached call
+    # per turn, a flag or an explicit failure per turn), not the judgement.
+    judge = ModelSpec(name="moderator", engine="llamacpp", model="bundled", mode="completion", n_threads=1,
+                      params=SamplingParams(max_tokens=16, temperature=0.0, stop=["\n"]))
+    settings = ModerationSettings(mode="judge", judge=judge)
+    prompts = [P("a", "How do plants grow?"), P("b", "Tell me a joke.", "Another one, please.")]
+    with Store(tmp_path / "ws") as store:
+        kept, dropped, _ = moderation_filter(prompts, build_moderator(settings, store), on_failure="drop")
+        assert store.call_counts() == {"ok": 3}
+        assert len(kept) + sum(dropped.values()) == 2
+        assert set(dropped) <= {"moderation", "moderation_failed"}
+        again, _, _ = moderation_filter(prompts, build_moderator(settings, store), on_failure="drop")
+        assert [p.id for p in again] == [p.id for p in kept]
+        assert [a for (a,) in store.db.execute("SELECT attempts FROM calls")] == [1, 1, 1]

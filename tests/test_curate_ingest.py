@@ -38,7 +38,11 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 ALPACA_ROWS = [
     {"instruction": "Give three tips for staying healthy.", "input": "", "output": "1. Eat well. 2. Sleep. 3. Move."},
-    {"instruction": "Translate the sentence into French.", "input": "The cat sleeps on the mat.", "output": "Le chat dort sur le tapis."},
+    {
+        "instruction": "Translate the sentence into French.",
+        "input": "The cat sleeps on the mat.",
+        "output": "Le chat dort sur le tapis.",
+    },
     {"instruction": "Write a haiku about autumn rain.", "input": "", "output": ""},
 ]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typer
+import yaml
 from typer.testing import CliRunner
 
 from arena_learning.curate.commands import register
@@ -73,7 +74,8 @@ def test_arena_hard_clusters_group_prompts_of_the_same_topic(arena_hard):
     assert steps[0].n_in == 500 and len(prompts) >= 495  # dedupe finds no real duplicates among them
     assert emb.shape == (len(prompts), 384) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-4)
 
-    result = build_testset(prompts, emb, DiverseSettings(n_clusters=50, per_cluster=2, n_init=2), HardSettings(), seed=0)
+    settings = DiverseSettings(n_clusters=50, per_cluster=2, n_init=2)
+    result = build_testset(prompts, emb, settings, HardSettings(), seed=0)
     assert len(result.diverse) == 100
     per = {}
     for p in result.diverse:
@@ -148,6 +150,14 @@ def test_embedding_matches_a_bare_encode_and_keeps_input_order(embedder):
     ours = embed_texts(embedder, texts, batch_size=16)
     bare = embedder.encode(texts, batch_size=16, normalize_embeddings=True)
     assert np.allclose(ours, bare, atol=1e-5)
+
+
+def test_any_local_model_folder_loads_by_path(embedder):
+    from arena_learning.curate.embed import bundled_model_path
+
+    by_path = load_embedder(str(bundled_model_path()), max_seq_length=128)
+    texts = ["How do I sort a list in Python?"]
+    assert np.allclose(embed_texts(by_path, texts), embed_texts(embedder, texts), atol=1e-5)
 
 
 def test_a_missing_embedding_model_is_an_error_naming_the_path(tmp_path):
@@ -243,6 +253,12 @@ def test_hard_set_without_a_judge_is_an_error(arena_hard):
         build_testset(prompts[:20], emb[:20], DiverseSettings(n_clusters=2), HardSettings(top_n=3))
 
 
+def one_thread_judge():
+    # One llama.cpp thread: on two cores shared with other test processes, two threads
+    # spin against each other and a 48-token reply can take tens of seconds.
+    return default_difficulty_judge().model_copy(update={"n_threads": 1})
+
+
 def test_difficulty_through_the_bundled_judge_is_cached_in_the_ledger(tmp_path):
     pytest.importorskip("llama_cpp")
     prompts = [
@@ -250,8 +266,9 @@ def test_difficulty_through_the_bundled_judge_is_cached_in_the_ledger(tmp_path):
         P("hard", "Prove that there are infinitely many primes of the form 4k+3."),
         P("two", "Write a poem about the sea.", "Now rewrite it as a sonnet in French."),
     ]
+    judge = one_thread_judge()
     with Store(tmp_path / "ws") as store:
-        score = judge_difficulty_scorer(store, default_difficulty_judge(), label="difficulty (test)")
+        score = judge_difficulty_scorer(store, judge, label="difficulty (test)")
         scored, counts = score_difficulty(prompts, score)
         calls = store.call_counts()
         assert calls == {"ok": 4}  # one call per user turn, every one recorded
@@ -259,7 +276,7 @@ def test_difficulty_through_the_bundled_judge_is_cached_in_the_ledger(tmp_path):
         for p in scored:  # a score is 1-10 or missing, never a default
             assert all(s is None or 1 <= s <= 10 for s in p.meta["difficulty_turns"])
         # A rerun is answered by the ledger: the same scores, no call sent again.
-        again, _ = score_difficulty(prompts, judge_difficulty_scorer(store, default_difficulty_judge()))
+        again, _ = score_difficulty(prompts, judge_difficulty_scorer(store, judge))
         assert [p.meta["difficulty_turns"] for p in again] == [p.meta["difficulty_turns"] for p in scored]
         attempts = [a for (a,) in store.db.execute("SELECT attempts FROM calls")]
         assert store.call_counts() == calls and attempts == [1, 1, 1, 1]
@@ -323,8 +340,10 @@ def test_cli_testset_build_with_a_hard_half_from_the_bundled_judge(tmp_path):
     pytest.importorskip("llama_cpp")
     app = typer.Typer()
     register(app)
+    judge = yaml.safe_dump({"hard": {"top_n": 3, "candidates": 6, "judge": one_thread_judge().model_dump()}})
     config = _config(tmp_path)
-    args = ["testset", "build", str(config), "-q", "--set", "hard.top_n=3", "--set", "hard.candidates=6"]
+    config.write_text(config.read_text() + judge)
+    args = ["testset", "build", str(config), "-q"]
     result = CliRunner().invoke(app, args, terminal_width=150)
     assert result.exit_code == 0, result.output
     with Store(tmp_path / "ws") as store:

@@ -4,7 +4,6 @@ and scripted endpoints for rate limits, outages and load spreading."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httpx
 import pytest

@@ -9,7 +9,6 @@ from scipy.stats import spearmanr
 
 from arena_learning import pipeline
 from arena_learning.config import RunConfig
-from arena_learning.curate.tasks import generate_tasks
 from arena_learning.errors import ConfigError
 from arena_learning.config import validate_config
 from arena_learning.records import Answer

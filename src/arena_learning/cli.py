@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 from rich import box
@@ -17,6 +15,7 @@ from rich.table import Table
 from . import pipeline
 from .arena.calls import CallStats
 from .config import ModelsFile, RunConfig, load_config_file
+from .cli_errors import user_errors
 from .errors import ArenaError
 from .records import Rating
 from .store import Store
@@ -30,7 +29,6 @@ app = typer.Typer(
 console = Console()  # results only, so `--json` output can be piped
 err_console = Console(stderr=True)  # progress, call stats, warnings
 
-F = TypeVar("F", bound=Callable[..., Any])
 
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run config (see examples/quickstart.yaml)")]
 WorkspaceOpt = Annotated[
@@ -39,20 +37,6 @@ WorkspaceOpt = Annotated[
 SetOpt = Annotated[
     list[str] | None, typer.Option("--set", help="override a config field, e.g. --set tasks.n=90 (repeatable)")
 ]
-
-
-def user_errors(fn: F) -> F:
-    """Print an ArenaError's message and exit with code 2 instead of a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ArenaError as err:
-            err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _open(config: Path, workspace: Path | None, overrides: list[str] | None) -> tuple[RunConfig, Store]:

@@ -18,6 +18,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from ..cli_errors import reporting_errors
 from ..errors import ArenaError
 from .audit import Agreement, HumanLabels, JudgeAudit, audit_judge, human_agreement, judge_agreement, read_human_labels
 
@@ -113,13 +114,10 @@ def judge_audit_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the audit as one JSON object.")] = False,
 ) -> None:
     """Print the judge audit of a workspace (help text: ``HELP``)."""
-    err = Console(stderr=True)
-    try:
+    with reporting_errors():
         result = audit_workspace(workspace, judge=judge, compare_judge=compare_judge, human=human)
-    except ArenaError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
     labels = result.human_labels
+    err = Console(stderr=True)
     if labels is not None and labels.bad:
         err.print(f"[yellow]warning:[/yellow] {labels.bad} of {labels.rows} label rows left out:", highlight=False)
         for line in labels.errors:

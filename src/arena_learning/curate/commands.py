@@ -8,14 +8,13 @@ person can open. Each ends with a summary table of counts per step and per clust
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -24,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..config import load_config_file
+from ..cli_errors import user_errors as _user_errors
 from ..errors import ArenaError
 from ..records import Prompt
 from ..store import Store
@@ -34,28 +34,15 @@ from .settings import PoolConfig, SourceFormat, SourceSpec, TestsetConfig
 console = Console()
 err_console = Console(stderr=True)
 
-F = TypeVar("F", bound=Callable[..., Any])
 Track = Callable[[str, "int | None"], Callable[[int], None]]
 """Progress: (description, total) -> advance(n). With total None, advance(0) marks the bar done."""
 
 INGESTED = "ingested"
+BAD_KINDS = ("bad_json", "not_utf8", "wrong_format", "bad_record", "empty_file")
+"""Count keys of skipped inputs (see ingest.Problem.kind)."""
 
 
 # ---- small edges ------------------------------------------------------------------------
-
-
-def _user_errors(fn: F) -> F:
-    """Print an ArenaError's message and exit with code 2 instead of a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ArenaError as err:
-            err_console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 @contextmanager
@@ -149,7 +136,7 @@ def run_ingest(
 
 def ingest_table(report: IngestReport) -> Table:
     """Return the per-source counts of an ingest as a table."""
-    kinds = ["read", "ingested", "already_present", "id_renamed", "bad_json", "not_utf8", "wrong_format", "bad_record", "empty_file"]
+    kinds = ["read", "ingested", "already_present", "id_renamed", *BAD_KINDS]
     shown = [k for k in kinds if any(c.get(k) for c in report.per_source.values())] or ["read", "ingested"]
     table = Table(title="ingest", title_justify="left")
     table.add_column("source")
@@ -164,7 +151,7 @@ def print_problems(report: IngestReport, limit: int = 10) -> None:
     """Print the first skipped inputs with their file:line."""
     if not report.problems:
         return
-    total = sum(report.counts.get(k, 0) for k in ("bad_json", "not_utf8", "wrong_format", "bad_record", "empty_file"))
+    total = sum(report.counts.get(k, 0) for k in BAD_KINDS)
     err_console.print(f"[yellow]{total} bad inputs skipped (use --strict to stop at the first):", highlight=False)
     for problem in report.problems[:limit]:
         err_console.print(f"  {problem}", highlight=False, soft_wrap=True)
@@ -216,7 +203,7 @@ def _input_prompts(
         dropped = {
             k: v
             for k, v in report.counts.items()
-            if k in ("bad_json", "not_utf8", "wrong_format", "bad_record", "empty_file", "already_present")
+            if k in (*BAD_KINDS, "already_present")
         }
         return report.prompts, Step("ingest", report.counts.get("read", 0), len(report.prompts), dropped)
     prompts = store.get_prompts(input_set)
@@ -228,9 +215,11 @@ def _input_prompts(
     return prompts, Step(f"input set {input_set}", len(prompts), len(prompts))
 
 
-def _clean(store: Store, prompts: list[Prompt], cfg: TestsetConfig | PoolConfig) -> tuple[list[Prompt], list[Step]]:
+def _clean(
+    store: Store, prompts: list[Prompt], cfg: TestsetConfig | PoolConfig, track: Track
+) -> tuple[list[Prompt], list[Step]]:
     moderator = build_moderator(cfg.clean.moderation, store)
-    return clean(prompts, cfg.clean, moderator=moderator)
+    return clean(prompts, cfg.clean, moderator=moderator, track=track)
 
 
 def _embed(prompts: Sequence[Prompt], cfg: TestsetConfig | PoolConfig, track: Track) -> Any:
@@ -245,7 +234,7 @@ def _difficulty_scorer(store: Store, cfg: TestsetConfig) -> Any:
     from .testset import judge_difficulty_scorer
 
     try:
-        return judge_difficulty_scorer(store, cfg.hard.judge)
+        return judge_difficulty_scorer(store, cfg.hard.judge, constrain=cfg.hard.constrain)
     except ImportError as err:
         raise ArenaError(
             f"the hard set needs the engines ({err}); set hard.top_n: 0 to build the diverse set alone"
@@ -271,7 +260,7 @@ def run_testset(
     save_resolved_config(store, "testset", cfg)
     with tracker(progress) as track:
         prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "testset", cfg.strict, track)
-        cleaned, steps = _clean(store, prompts, cfg)
+        cleaned, steps = _clean(store, prompts, cfg, track)
         steps.insert(0, first)
         emb = embeddings(cleaned) if embeddings is not None else _embed(cleaned, cfg, track)
         if cfg.hard.top_n > 0 and score_turns is None:
@@ -336,7 +325,7 @@ def run_pool(
 
     with tracker(progress) as track:
         prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "pool", cfg.strict, track)
-        cleaned, steps = _clean(store, prompts, cfg)
+        cleaned, steps = _clean(store, prompts, cfg, track)
         steps.insert(0, first)
         advance = track("decontaminate", len(cleaned))
         pool, dropped, matches = decontaminate(
@@ -381,7 +370,9 @@ def run_pool(
     return store, PoolResult(pool, slices, steps, matches, per_cluster)
 
 
-def _slice_counts(pool: Sequence[Prompt], slices: Sequence[Sequence[Prompt]], names: Sequence[str]) -> list[dict[str, Any]]:
+def _slice_counts(
+    pool: Sequence[Prompt], slices: Sequence[Sequence[Prompt]], names: Sequence[str]
+) -> list[dict[str, Any]]:
     sizes = Counter(p.cluster for p in pool)
     per_slice = [Counter(p.cluster for p in s) for s in slices]
     rows = []
@@ -407,7 +398,8 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars"
 
 def ingest_command(
     sources: Annotated[
-        list[Path], typer.Argument(help="files (.json .jsonl .parquet .csv) or folders saved with datasets' save_to_disk")
+        list[Path],
+        typer.Argument(help="files (.json .jsonl .parquet .csv) or folders saved with datasets' save_to_disk"),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="workspace directory to ingest into (created if missing)")],
     format: Annotated[
@@ -442,8 +434,12 @@ def ingest_command(
         console.print(f"set {set_name!r}: {len(report.prompts)} prompts in {store.root} ({set_path(store, set_name)})")
 
 
-def testset_build_command(config: Annotated[Path, typer.Argument(help="YAML test-set config (see examples/testset.yaml)")],
-                          workspace: WorkspaceOpt = None, set_: SetOpt = None, quiet: QuietOpt = False) -> None:
+def testset_build_command(
+    config: Annotated[Path, typer.Argument(help="YAML test-set config (see examples/testset.yaml)")],
+    workspace: WorkspaceOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
     """Build the test set: clean, embed and cluster (diverse half), judge difficulty (hard half), mix.
 
     Writes the sets testset/clean, testset/diverse, testset/hard and testset/mix to the
@@ -461,8 +457,12 @@ def testset_build_command(config: Annotated[Path, typer.Argument(help="YAML test
         )
 
 
-def pool_build_command(config: Annotated[Path, typer.Argument(help="YAML pool config (see examples/pool.yaml)")],
-                       workspace: WorkspaceOpt = None, set_: SetOpt = None, quiet: QuietOpt = False) -> None:
+def pool_build_command(
+    config: Annotated[Path, typer.Argument(help="YAML pool config (see examples/pool.yaml)")],
+    workspace: WorkspaceOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
     """Build the training pool: clean, dedupe, decontaminate against the test sets, cut slices D0..DN.
 
     Slices are stratified by cluster and seeded; D0 is the initial SFT data. Writes

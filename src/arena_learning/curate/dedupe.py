@@ -204,8 +204,9 @@ def near_dedupe(
 ) -> tuple[list[Prompt], Counter[str], dict[str, str]]:
     """Return prompts without near duplicates of earlier ones, drops (``near_duplicate``), and dropped id -> kept id.
 
-    ``sigs`` (uint32 (N, num_perm)) may be given when already computed; ``advance``
-    is called with the number of prompts signed, for a progress bar.
+    ``sigs`` (uint32 (N, num_perm)) may be given when already computed. ``advance`` is
+    told of the prompts signed, then of the prompts looked up in the index (2N in all
+    when the signatures are computed here), for a progress bar.
     """
     if sigs is None:
         sigs = signatures([dedupe_text(p) for p in prompts], num_perm, seed, shingle, ngram, advance)
@@ -213,6 +214,8 @@ def near_dedupe(
     kept: list[Prompt] = []
     dup_of: dict[str, str] = {}
     for i, p in enumerate(prompts):
+        if advance is not None and i and i % 1000 == 0:
+            advance(1000)
         sig = sigs[i]
         lm = lean_minhash(sig, seed)
         candidates = sorted(lsh.query(lm))
@@ -224,4 +227,6 @@ def near_dedupe(
                 continue
         lsh.insert(i, lm, check_duplication=False)
         kept.append(p)
+    if advance is not None and prompts:
+        advance(len(prompts) - 1000 * ((len(prompts) - 1) // 1000))
     return kept, Counter({"near_duplicate": len(dup_of)}), dup_of

@@ -1,4 +1,4 @@
-"""Clean: length bounds, empty and garbled text, language, moderation, then dedupe.
+"""Clean: length bounds, empty and garbled text, exact and near dedupe, language, moderation.
 
 Every filter takes prompts and returns ``(kept, dropped)`` where ``dropped`` counts
 the prompts removed by reason. :func:`clean` chains them in the order of
@@ -44,7 +44,9 @@ def user_text(prompt: Prompt) -> str:
     return "\n".join(prompt.turns)
 
 
-def _partition(prompts: Sequence[Prompt], reason_of: Callable[[Prompt], str | None]) -> tuple[list[Prompt], Counter[str]]:
+def _partition(
+    prompts: Sequence[Prompt], reason_of: Callable[[Prompt], str | None]
+) -> tuple[list[Prompt], Counter[str]]:
     kept: list[Prompt] = []
     dropped: Counter[str] = Counter()
     for p in prompts:
@@ -134,7 +136,11 @@ def detect_language(text: str) -> tuple[str, float]:
 
 
 def language_filter(
-    prompts: Sequence[Prompt], languages: Sequence[str], min_prob: float = 0.95, min_letters: int = 20
+    prompts: Sequence[Prompt],
+    languages: Sequence[str],
+    min_prob: float = 0.95,
+    min_letters: int = 20,
+    advance: Callable[[int], None] | None = None,
 ) -> tuple[list[Prompt], Counter[str], Counter[str]]:
     """Return prompts in ``languages``, drops by reason, and notes (languages seen, too short to tell).
 
@@ -149,6 +155,8 @@ def language_filter(
         return list(prompts), Counter(), notes
 
     def reason(p: Prompt) -> str | None:
+        if advance is not None:
+            advance(1)
         text = user_text(p)
         if sum(1 for c in text if c.isalpha()) < min_letters:
             notes["language_too_short"] += 1
@@ -230,6 +238,13 @@ MODERATION_SYSTEM = (
 )
 
 
+MODERATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"flagged": {"type": "boolean"}, "category": {"type": "string"}},
+    "required": ["flagged", "category"],
+}
+
+
 def moderation_messages(turn: str) -> list[dict[str, str]]:
     """Return the chat messages that ask the moderation judge about one user turn."""
     return [
@@ -258,7 +273,10 @@ def parse_moderation(text: str) -> bool | None:
 
 
 def judge_moderator(store: Store, settings: ModerationSettings, label: str = "moderation") -> FlagTurns:
-    """Return a moderator that asks ``settings.judge`` about each turn through the ledger (cached, resumable)."""
+    """Return a moderator that asks ``settings.judge`` about each turn through the ledger (cached, resumable).
+
+    With ``settings.constrain`` the engine is asked to enforce :data:`MODERATION_SCHEMA`.
+    """
     from ..arena.calls import run_requests
     from ..engines import build_engine
     from ..engines.base import Request
@@ -268,8 +286,9 @@ def judge_moderator(store: Store, settings: ModerationSettings, label: str = "mo
     engine = build_engine(settings.judge)
 
     def flag(turns: list[str]) -> list[bool | None]:
-        # No params: the engine applies the spec's own, and the ledger key includes them.
-        requests = [Request(messages=moderation_messages(t)) for t in turns]
+        # The engine applies the spec's own sampling params (and keys the ledger on them).
+        params = {"json_schema": MODERATION_SCHEMA} if settings.constrain else {}
+        requests = [Request(messages=moderation_messages(t), params=params) for t in turns]
         replies = run_requests(store, engine, requests, label=label)
         return [parse_moderation(r.text) if r is not None else None for r in replies]
 
@@ -294,13 +313,13 @@ def clean(
     prompts: Sequence[Prompt],
     settings: CleanSettings,
     moderator: FlagTurns | None = None,
-    on_step: Callable[[Step], None] | None = None,
+    track: Callable[[str, int], Callable[[int], None]] | None = None,
 ) -> tuple[list[Prompt], list[Step]]:
     """Return the prompts that pass every filter of ``settings``, and one Step per filter.
 
     ``moderator`` defaults to the word list of ``settings.moderation`` (mode 'judge'
-    needs one built with :func:`judge_moderator`). ``on_step`` is told of each Step as
-    it finishes, for progress display.
+    needs one built with :func:`judge_moderator`). ``track(description, total)`` returns
+    an ``advance(n)`` callback for the slow filters (language, near dedupe), for progress bars.
     """
     from .dedupe import exact_dedupe, near_dedupe
 
@@ -309,19 +328,40 @@ def clean(
 
     def record(name: str, kept: list[Prompt], dropped: Counter[str], notes: dict[str, Any] | None = None) -> None:
         nonlocal current
-        step = Step(name, len(current), len(kept), {k: v for k, v in dropped.items() if v}, dict(notes or {}))
-        steps.append(step)
+        steps.append(Step(name, len(current), len(kept), {k: v for k, v in dropped.items() if v}, dict(notes or {})))
         current = kept
-        if on_step is not None:
-            on_step(step)
+
+    def progress(description: str) -> Callable[[int], None] | None:
+        return track(description, len(current)) if track is not None else None
 
     kept, dropped = length_filter(current, settings.min_chars, settings.max_chars, settings.max_turns)
     record("length", kept, dropped)
     kept, dropped = garbled_filter(current, settings.min_letter_ratio, settings.max_bad_char_ratio)
     record("empty/garbled", kept, dropped)
+    # Cheap and big first: dedupe removes most of a scraped pool before langid and a
+    # moderation judge, the slow steps, see it.
+    if settings.exact_dedupe:
+        kept, dropped, _ = exact_dedupe(current)
+        record("exact dedupe", kept, dropped)
+    nd = settings.near_dedupe
+    if nd.enabled:
+        kept, dropped, _ = near_dedupe(
+            current,
+            threshold=nd.threshold,
+            num_perm=nd.num_perm,
+            shingle=nd.shingle,
+            ngram=nd.ngram,
+            seed=nd.seed,
+            advance=track("near dedupe (MinHash, LSH)", 2 * len(current)) if track is not None else None,
+        )
+        record("near dedupe", kept, dropped, {"threshold": nd.threshold})
     if settings.languages:
         kept, dropped, notes = language_filter(
-            current, settings.languages, settings.language_min_prob, settings.language_min_letters
+            current,
+            settings.languages,
+            settings.language_min_prob,
+            settings.language_min_letters,
+            progress("language"),
         )
         record("language", kept, dropped, notes)
     if settings.moderation.mode != "off":
@@ -330,13 +370,4 @@ def clean(
             raise ConfigError("clean.moderation: no moderator for mode 'judge' (build one with judge_moderator)")
         kept, dropped, notes = moderation_filter(current, flagger, settings.moderation.on_failure)
         record("moderation", kept, dropped, notes)
-    if settings.exact_dedupe:
-        kept, dropped, _ = exact_dedupe(current)
-        record("exact dedupe", kept, dropped)
-    nd = settings.near_dedupe
-    if nd.enabled:
-        kept, dropped, _ = near_dedupe(
-            current, threshold=nd.threshold, num_perm=nd.num_perm, shingle=nd.shingle, ngram=nd.ngram, seed=nd.seed
-        )
-        record("near dedupe", kept, dropped, {"threshold": nd.threshold})
     return current, steps

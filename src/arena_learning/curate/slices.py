@@ -58,15 +58,16 @@ def stratified_order(prompts: Sequence[Prompt], seed: int = 0) -> np.ndarray:
     return np.lexsort((ties, keys))
 
 
-def cut_slices(prompts: Sequence[Prompt], n_slices: int, seed: int = 0, d0_size: int | None = None) -> list[list[Prompt]]:
+def cut_slices(
+    prompts: Sequence[Prompt], n_slices: int, seed: int = 0, d0_size: int | None = None
+) -> list[list[Prompt]]:
     """Return ``n_slices`` lists of prompts (D0 first), stratified by cluster, every prompt in exactly one."""
     sizes = slice_sizes(len(prompts), n_slices, d0_size)
     order = stratified_order(prompts, seed)
     out: list[list[Prompt]] = []
     start = 0
     for name, size in zip(slice_names(n_slices), sizes):
-        out.append(
-            [prompts[int(i)].model_copy(update={"meta": {**prompts[int(i)].meta, "slice": name}}) for i in order[start : start + size]]
-        )
+        part = [prompts[int(i)] for i in order[start : start + size]]
+        out.append([p.model_copy(update={"meta": {**p.meta, "slice": name}}) for p in part])
         start += size
     return out

@@ -48,13 +48,24 @@ def cluster_names(k: int) -> list[str]:
 
 
 def cluster_embeddings(
-    emb: np.ndarray, n_clusters: int, seed: int = 0, minibatch_above: int = 20_000, n_init: int = 4
+    emb: np.ndarray,
+    n_clusters: int,
+    seed: int = 0,
+    minibatch_above: int = 20_000,
+    n_init: int = 4,
+    threads: int | None = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return k-means labels and centroids of ``emb``: int32 (N,), float32 (k, D).
 
     Clusters are renumbered by size, largest first (ties: the earliest member first),
     so cluster 0 is the biggest topic. Above ``minibatch_above`` points MiniBatchKMeans
     is used: full k-means costs O(N k D) per iteration over all points.
+
+    ``threads`` caps scikit-learn's OpenMP/BLAS threads (None: its default, one per
+    core). One is the default because idle OpenMP threads spin while they wait for a
+    busy core: on two cores shared with other work, k-means ran 2-6x faster on one
+    thread (500 points and 86,000 alike); an idle machine loses at most the second core.
+    One thread also makes the result independent of the machine's core count.
     """
     from sklearn.cluster import KMeans, MiniBatchKMeans
 
@@ -67,13 +78,10 @@ def cluster_embeddings(
         km: Any = MiniBatchKMeans(
             n_clusters=n_clusters, random_state=seed, n_init=n_init, batch_size=4096, max_no_improvement=20
         )
-        labels = km.fit_predict(emb).astype(np.int32)
     else:
         km = KMeans(n_clusters=n_clusters, random_state=seed, n_init=n_init)
-        # One thread: on inputs this small OpenMP/BLAS threads spend more on synchronisation
-        # than they save, and on cores shared with other work k-means ran 2-5x slower with two.
-        with threadpool_limits(limits=1):
-            labels = km.fit_predict(emb).astype(np.int32)
+    with threadpool_limits(limits=threads):
+        labels = km.fit_predict(emb).astype(np.int32)
     centroids = km.cluster_centers_.astype(np.float32)
     sizes = np.bincount(labels, minlength=n_clusters)
     first = np.full(n_clusters, n, dtype=np.int64)
@@ -92,7 +100,7 @@ def select_diverse(
     pick: str = "nearest",
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Return the chosen row indices (int64 (M,), cluster by cluster) and each row's distance to its centroid (float32 (N,)).
+    """Return the chosen rows (int64 (M,), cluster by cluster) and every row's distance to its centroid (float32 (N,)).
 
     ``nearest`` takes the ``per_cluster`` members closest to the centroid (ties: the
     earlier row); ``random`` draws them with a generator seeded by ``seed``. A cluster
@@ -178,6 +186,17 @@ def difficulty_text(turns: Sequence[str], i: int) -> str:
         return turns[0]
     earlier = "\n\n".join(f"[user turn {j + 1}]\n{t}" for j, t in enumerate(turns[:i]))
     return f"Earlier in the conversation:\n{earlier}\n\nThe request to rate (user turn {i + 1}):\n{turns[i]}"
+
+
+DIFFICULTY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "difficulty": {"type": "integer", "minimum": 1, "maximum": 10},
+        "reason": {"type": "string"},
+    },
+    "required": ["difficulty", "reason"],
+}
+"""The reply's JSON schema: engines that can constrain decoding (llama.cpp grammars, OpenAI json_schema) do."""
 
 
 def difficulty_request(text: str) -> str:
@@ -292,8 +311,16 @@ def select_hard(prompts: Sequence[Prompt], top_n: int, exclude: set[str] | None 
     return scored[:top_n]
 
 
-def judge_difficulty_scorer(store: Store, spec: ModelSpec, label: str = "difficulty") -> ScoreTurns:
-    """Return a ``score_turns`` that asks ``spec`` through the engine and the ledger (cached, resumable)."""
+def judge_difficulty_scorer(
+    store: Store, spec: ModelSpec, label: str = "difficulty", constrain: bool = False
+) -> ScoreTurns:
+    """Return a ``score_turns`` that asks ``spec`` through the engine and the ledger (cached, resumable).
+
+    ``constrain`` passes :data:`DIFFICULTY_SCHEMA` for the engine to enforce (a llama.cpp
+    grammar, an OpenAI ``json_schema`` response format). Off by default: over Gemma's
+    262k-token vocabulary the grammar doubled llama.cpp's time per call, and not every
+    OpenAI-compatible server accepts ``json_schema``; the tolerant parser copes without.
+    """
     from ..arena.calls import run_requests
     from ..engines import build_engine
     from ..engines.base import Request
@@ -301,8 +328,9 @@ def judge_difficulty_scorer(store: Store, spec: ModelSpec, label: str = "difficu
     engine = build_engine(spec)
 
     def score(texts: list[str]) -> list[float | None]:
-        # No params: the engine applies the spec's own, and the ledger key includes them.
-        requests = [Request(messages=difficulty_messages(t)) for t in texts]
+        # The engine applies the spec's own sampling params (and keys the ledger on them).
+        params = {"json_schema": DIFFICULTY_SCHEMA} if constrain else {}
+        requests = [Request(messages=difficulty_messages(t), params=params) for t in texts]
         replies = run_requests(store, engine, requests, label=label)
         return [parse_difficulty(r.text) if r is not None else None for r in replies]
 

@@ -7,11 +7,8 @@ ratings, skipped rows) go to stderr, so ``--json`` output stays machine-readable
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..cli_errors import reporting_errors as _user_errors
 from ..errors import ArenaError
 from ..records import Rating
 from .export import ratings_to_json, write_leaderboard_csv
@@ -44,23 +42,6 @@ def register(app: typer.Typer) -> None:
     """Add the ``ratings`` and ``compare`` commands to ``app``."""
     app.command("ratings", help=RATINGS_HELP)(ratings_command)
     app.command("compare", help=COMPARE_HELP)(compare_command)
-
-
-@contextlib.contextmanager
-def _user_errors() -> Iterator[None]:
-    """Print ArenaErrors and data warnings on stderr; exit 2 on an error."""
-    err = Console(stderr=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            yield
-        except ArenaError as e:
-            err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        finally:
-            for w in caught:
-                if issubclass(w.category, UserWarning):
-                    err.print(f"[yellow]warning:[/yellow] {w.message}", highlight=False, soft_wrap=True)
 
 
 def _fmt(x: Optional[float], digits: int = 1) -> str:
