@@ -69,7 +69,8 @@ def config(url, **judge):
         "name": "j", "prompts": {"set": "open"},
         "models": [{"name": "good-model", "engine": "imported"}, {"name": "weak-model", "engine": "imported"}],
         "judge": {"kind": "llm", "name": "pj", "retries": 1,
-                  "model": {"name": "judge", "engine": "openai", "model": "judge", "base_url": url}, **judge},
+                  "model": {"name": "judge", "engine": "openai", "model": "judge", "base_url": url,
+                            "price_in": 1.0, "price_out": 2.0}, **judge},
     })
 
 
@@ -95,6 +96,12 @@ def test_pairwise_judge_plays_both_orders_retries_and_counts_failures(tmp_path, 
         "explanation", "score_a", "score_b"]
     battles = store.get_battles("pj")
     assert len(battles) == 3 and all(b.games == 2 for b in battles)
+    # Tokens and cost of every verdict behind the judgments: 10 first tries and 4 retries.
+    usage = {r["name"]: r for r in pipeline.usage(cfg, store)}
+    assert usage["pj"]["calls"] == 14 and usage["pj"]["tokens_out"] == 14 * 20
+    assert usage["pj"]["cost"] == pytest.approx((usage["pj"]["tokens_in"] * 1.0 + 14 * 20 * 2.0) / 1e6)
+    assert usage["good-model"] == {"role": "contestant", "name": "good-model", "calls": 5, "tokens_in": 0,
+                                   "tokens_out": 0, "cost": 0.0}
     assert store.get_meta("judge_stats/pj")["failed"] == 2
     # A rerun calls nothing: unparsable verdicts were real answers, kept in the ledger; more
     # tries need a larger `retries` (new seeds, so new calls).
@@ -102,6 +109,7 @@ def test_pairwise_judge_plays_both_orders_retries_and_counts_failures(tmp_path, 
     again = pipeline.stage_battle(cfg, store, show_progress=False)
     assert len(judge_server.bodies) == sent
     assert again.stats["cached"] == 10 + 2 + 2 and again.stats["failed"] == 2
+    assert again.stats["tokens_out"] == 14 * 20 and again.stats["new_tokens_out"] == 0
     more = pipeline.stage_battle(config(judge_server.server.url, retries=2), store, show_progress=False)
     assert len(judge_server.bodies) == sent + 2 and more.stats["failed"] == 2
 

@@ -130,21 +130,15 @@ def print_battle_report(cfg: RunConfig, report: pipeline.BattleReport, store: St
 
 
 def print_usage(cfg: RunConfig, store: Store) -> None:
-    """Print tokens in/out and cost per model (contestants and judges) over the whole ledger."""
-    prices: dict[str, tuple[float, float]] = {}
-    specs = list(cfg.models) + [j.model for j in [cfg.judge, *cfg.judge.members] if j.model is not None]
-    for spec in specs:
-        prices[spec.model] = (spec.price_in, spec.price_out)
-    rows = store.usage_by_model()
-    if not rows:
-        return
-    table = Table(title="tokens and cost (whole workspace)", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("engine", "model", "calls", "tokens in", "tokens out", "cost"):
-        table.add_column(col, justify="left" if col in ("engine", "model") else "right", no_wrap=True)
-    for engine, model, calls, tin, tout in rows:
-        p_in, p_out = prices.get(model, (0.0, 0.0))
-        cost = (tin or 0) * p_in / 1e6 + (tout or 0) * p_out / 1e6
-        table.add_row(engine, model, str(calls), str(tin or 0), str(tout or 0), f"${cost:.4f}" if cost else "-")
+    """Print calls, tokens in/out and cost per contestant and judge, and keep them in the store."""
+    rows = pipeline.usage(cfg, store)
+    store.set_meta("usage", rows)
+    table = Table(title="tokens and cost (every call behind the results)", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("role", "model", "calls", "tokens in", "tokens out", "cost"):
+        table.add_column(col, justify="left" if col in ("role", "model") else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(r["role"], r["name"], str(r["calls"]), str(r["tokens_in"]), str(r["tokens_out"]),
+                      f"${r['cost']:.4f}" if r["cost"] else "-")
     err_console.print(table)
 
 

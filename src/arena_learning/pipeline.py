@@ -162,6 +162,8 @@ def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True) ->
     if not isinstance(judge, VerifierJudge):
         stats = judge.stats.as_dict()
         store.set_meta(f"judge_stats/{judge.name}", stats)
+        for member in getattr(judge, "members", []):
+            store.set_meta(f"judge_stats/{member.name}", member.stats.as_dict())
     store.put_judgments(judgments)
     mine = [j for j in judgments if j.judge == cfg.judge.name]
     battles = combine_games(mine, cfg.judge.tie_threshold, mode=cfg.judge.combine)
@@ -191,6 +193,29 @@ def _adaptive(cfg: RunConfig, prompts: list[Prompt], answers: list, judge_tasks)
 
     run_schedule(scheduler, judge_batch)
     return judgments, {m: n for m, n in missing.items() if n}
+
+
+def usage(cfg: RunConfig, store: Store) -> list[dict]:
+    """Return calls, tokens in/out and cost of each contestant and judge behind the stored results.
+
+    Tokens count every call behind an answer or verdict, served from the ledger or not (what
+    the results cost when they were made). Cost uses the model's price_in / price_out per 1M tokens.
+    """
+    rows = []
+
+    def row(role: str, name: str, spec, calls: int, tin: int, tout: int) -> None:  # noqa: ANN001
+        cost = (tin * spec.price_in + tout * spec.price_out) / 1e6 if spec is not None else 0.0
+        rows.append({"role": role, "name": name, "calls": calls, "tokens_in": tin, "tokens_out": tout, "cost": cost})
+
+    for spec in cfg.models:
+        answers = store.get_answers(spec.name)
+        row("contestant", spec.name, spec, sum(len(a.turns) for a in answers),
+            sum(a.tokens_in for a in answers), sum(a.tokens_out for a in answers))
+    for j in [cfg.judge, *cfg.judge.members]:
+        s = store.get_meta(f"judge_stats/{j.name}")
+        if s is not None and j.model is not None:
+            row("judge", j.name, j.model, s.get("calls", 0), s.get("tokens_in", 0), s.get("tokens_out", 0))
+    return rows
 
 
 def stage_ratings(cfg: RunConfig, store: Store) -> list[Rating]:

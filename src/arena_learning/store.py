@@ -177,13 +177,6 @@ class Store:
         """Return the number of ledger rows by status."""
         return dict(self.db.execute("SELECT status, COUNT(*) FROM calls GROUP BY status").fetchall())
 
-    def usage_by_model(self) -> list[tuple[str, str, int, int, int]]:
-        """Return (engine, model, calls, tokens_in, tokens_out) of successful calls."""
-        return self.db.execute(
-            "SELECT engine, model, COUNT(*), SUM(tokens_in), SUM(tokens_out) FROM calls "
-            "WHERE status='ok' GROUP BY engine, model ORDER BY model"
-        ).fetchall()
-
     # ---- artifacts --------------------------------------------------------------
     def put_prompts(self, set_name: str, prompts: Sequence[Prompt]) -> None:
         """Store ``prompts`` as the set ``set_name``, replacing what it held."""

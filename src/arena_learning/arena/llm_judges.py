@@ -118,12 +118,15 @@ class JudgeStats:
     retried: int = 0  # parsed only after at least one retry
     failed: int = 0
     flagged: int = 0  # judgments with an answer that addresses the judge
-    calls: CallStats = field(default_factory=CallStats)
+    tokens_in: int = 0  # over every verdict behind the judgments, served from the ledger or not
+    tokens_out: int = 0
+    calls: CallStats = field(default_factory=CallStats)  # this run's calls: tokens of the new ones only
 
     def as_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "parsed": self.parsed, "retried": self.retried, "failed": self.failed,
-                "flagged": self.flagged, "tokens_in": self.calls.tokens_in, "tokens_out": self.calls.tokens_out,
-                "cached": self.calls.cached, "sent": self.calls.sent}
+                "flagged": self.flagged, "calls": self.calls.cached + self.calls.sent,
+                "tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "cached": self.calls.cached,
+                "sent": self.calls.sent, "new_tokens_in": self.calls.tokens_in, "new_tokens_out": self.calls.tokens_out}
 
 
 @dataclass
@@ -234,6 +237,9 @@ class LLMJudge:
             still = []
             for it, comp in zip(pending, results):
                 it.attempts = attempt + 1
+                if comp is not None:
+                    self.stats.tokens_in += comp.tokens_in
+                    self.stats.tokens_out += comp.tokens_out
                 if comp is None:
                     it.error = "the judge call failed (see the ledger); retried on the next run"
                     still.append(it)
@@ -365,6 +371,8 @@ class PanelJudge:
             total.retried += s.retried
             total.failed += s.failed
             total.flagged += s.flagged
+            total.tokens_in += s.tokens_in
+            total.tokens_out += s.tokens_out
             total.calls.add(s.calls)
         return total
 
