@@ -138,7 +138,10 @@ class ModelSpec(Section):
     model: str = Field("bundled", description="'bundled', a GGUF path (llamacpp) or a served model id (openai)")
     mode: Literal["chat", "completion"] = "chat"
     chat_format: str | None = Field(None, description="llama.cpp chat format name, e.g. 'gemma' or 'chatml'")
-    chat_template: str | None = Field(None, description="a Jinja chat template (overrides chat_format)")
+    chat_template: str | None = Field(
+        None, description="a Jinja chat template (overrides chat_format); like Hugging Face templates it writes "
+        "{{ bos_token }} itself"
+    )
     prompt_format: PromptFormat = Field(default_factory=PromptFormat)
     params: SamplingParams = Field(default_factory=SamplingParams)
     # llamacpp

@@ -57,18 +57,23 @@ def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
                 "n_threads": n_threads,
                 "verbose": False,
             }
-            if spec.chat_template:
-                from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-                kwargs["chat_handler"] = Jinja2ChatFormatter(
-                    template=spec.chat_template, eos_token="<eos>", bos_token="<bos>"
-                ).to_chat_handler()
-            elif spec.chat_format:
+            if spec.chat_format and not spec.chat_template:
                 kwargs["chat_format"] = spec.chat_format
             try:
                 llm = Llama(**kwargs)
             except (ValueError, RuntimeError) as err:
                 raise EngineError(f"model {spec.name!r}: llama.cpp could not load {path}: {err}") from err
+            if spec.chat_template:
+                from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+                # Templates write {{ bos_token }} themselves (as Hugging Face ones do); give them this
+                # model's own special tokens, and stop at its end-of-sequence token.
+                def text(token: int) -> str:
+                    return llm.detokenize([token], special=True).decode("utf-8", "replace")
+
+                llm.chat_handler = Jinja2ChatFormatter(
+                    template=spec.chat_template, eos_token=text(llm.token_eos()), bos_token=text(llm.token_bos())
+                ).to_chat_handler()
             _MODELS[key] = (llm, threading.Lock())
         return _MODELS[key]
 

@@ -1,0 +1,55 @@
+"""The in-process llama.cpp engine on the bundled model: chat templates, prompt formats, sampling."""
+
+from __future__ import annotations
+
+import pytest
+
+from arena_learning.config import ModelSpec
+from arena_learning.engines import build_engine
+from arena_learning.engines.base import Request, RequestTooLarge, render_completion_prompt
+from arena_learning.engines.llamacpp import load_llama
+
+TEMPLATE = "{{ bos_token }}{% for m in messages %}<{{ m.role }}> {{ m.content }}\n{% endfor %}<assistant>"
+
+
+def ask(engine, text, **params):
+    return engine.complete_sync(Request(messages=[{"role": "user", "content": text}], params=params))
+
+
+def test_chat_template_from_config_is_the_prompt_the_model_sees():
+    spec = ModelSpec(name="c", engine="llamacpp", mode="chat", chat_template=TEMPLATE, n_threads=2,
+                     params={"max_tokens": 12, "stop": ["\n"]})
+    engine = build_engine(spec)
+    got = ask(engine, "What is the capital of France?")
+    plain = ModelSpec(name="p", engine="llamacpp", mode="completion", n_threads=2)
+    llm, _ = load_llama(plain)
+    same = llm.create_completion(prompt="<user> What is the capital of France?\n<assistant>", max_tokens=12,
+                                 temperature=0.0, top_p=1.0, seed=0, stop=["\n"])
+    assert got.text == same["choices"][0]["text"]
+    assert got.tokens_in == same["usage"]["prompt_tokens"] and got.tokens_out >= 1
+
+
+def test_completion_format_renders_few_shot_and_history():
+    spec = ModelSpec(name="f", engine="llamacpp", mode="completion", n_threads=2,
+                     prompt_format={"system": "Be brief.\n", "few_shot": [["1 + 1?", "2"]]})
+    text = render_completion_prompt(spec.prompt_format, [
+        {"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "3 + 3?"}])
+    assert text == ("Be brief.\nQuestion: 1 + 1?\nAnswer: 2\n\nQuestion: 2 + 2?\nAnswer: 4\n\n"
+                    "Question: 3 + 3?\nAnswer:")
+    out = ask(build_engine(spec), "3 + 3?", max_tokens=20)
+    assert "Question" not in out.text  # the next user turn is a stop string
+
+
+def test_seed_and_temperature_make_sampling_repeatable():
+    engine = build_engine(ModelSpec(name="s", engine="llamacpp", mode="completion", n_threads=2,
+                                    params={"max_tokens": 16}))
+    a = ask(engine, "Write a word:", temperature=1.0, seed=1).text
+    b = ask(engine, "Write a word:", temperature=1.0, seed=1).text
+    others = {ask(engine, "Write a word:", temperature=1.0, seed=s).text for s in range(2, 6)}
+    assert a == b and len(others | {a}) > 1
+
+
+def test_a_prompt_longer_than_the_context_fails_without_retry():
+    engine = build_engine(ModelSpec(name="t", engine="llamacpp", mode="completion", n_ctx=64, n_threads=2))
+    with pytest.raises(RequestTooLarge, match="n_ctx"):
+        ask(engine, "word " * 200)
