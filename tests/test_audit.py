@@ -234,7 +234,8 @@ def test_a_label_file_without_a_needed_column_is_an_error(tmp_path):
 def workspace(tmp_path):
     ws = tmp_path / "ws"
     with Store(ws) as store:
-        store.put_judgments(j1_games() + j2_games())
+        games = j1_games() + j2_games()
+        store.replace_judgments({j.judge for j in games}, games)
         store.put_answers(answers())
     return ws
 

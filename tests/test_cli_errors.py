@@ -114,3 +114,31 @@ def test_console_script_exits_2_on_a_config_error(tmp_path):
     proc = subprocess.run([*ARENA, "run", str(cfg)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "models" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bad_overrides_are_config_errors(tmp_path):
+    cfg = write_config(tmp_path / "run.yaml", GOOD)
+    with pytest.raises(ConfigError, match="'name' is a value, not a section"):
+        load_config_file(cfg, RunConfig, ["name.x=1"])
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config_file(cfg, RunConfig, ["tasks.n=[1"])
+    got = load_config_file(write_config(tmp_path / "r2.yaml", GOOD + "ratings:\n"), RunConfig, ["ratings.bootstrap=7"])
+    assert got.ratings.bootstrap == 7
+
+
+def test_base_url_needs_a_scheme_and_two_servers_cannot_share_a_model_id(tmp_path):
+    two = GOOD.replace("{name: a, engine: llamacpp, model: bundled, mode: completion}",
+                       "{name: a, engine: openai, model: local, base_url: 'http://127.0.0.1:1/v1'}").replace(
+                       "{name: b, engine: llamacpp, model: bundled, mode: completion}",
+                       "{name: b, engine: openai, model: local, base_url: 'http://127.0.0.1:2/v1'}")
+    code, out = run_cli("run", write_config(tmp_path / "r.yaml", two))
+    assert code == 2 and "the ledger would mix their answers" in out
+    code, out = run_cli("run", write_config(tmp_path / "s.yaml", two.replace("'http://127.0.0.1:1/v1'", "localhost:1")))
+    assert code == 2 and "must start with http:// or https://" in out
+
+
+def test_a_workspace_path_that_is_a_file_is_an_error(tmp_path):
+    cfg = write_config(tmp_path / "run.yaml", GOOD)
+    (tmp_path / "afile").write_text("x")
+    code, out = run_cli("answer", cfg, "-w", tmp_path / "afile")
+    assert code == 2 and "cannot use" in out and "as a workspace" in out

@@ -18,7 +18,7 @@ from .conftest import ThreadServer
 
 
 class ScriptedJudge:
-    """Answers judge prompts: the answer containing 'good' wins; 'BADFIRST' prompts fail to parse once,
+    """Answers judge prompts: the answer containing 'good' wins; 'BADFIRST' prompts fail to parse at temperature 0,
     'ALWAYSBAD' prompts never parse."""
 
     def __init__(self):
@@ -31,10 +31,12 @@ class ScriptedJudge:
         body = await request.json()
         self.bodies.append(body)
         user = body["messages"][-1]["content"]
+        if "CALLFAILS" in user:
+            return web.json_response({"error": {"message": "bad request"}}, status=400)
         def part(name):
             m = re.search(rf"<<<{name} (\w+)>>>\n(.*?)\n<<<END {name} \1>>>", user, re.S)
             return m.group(2) if m else ""
-        if "ALWAYSBAD" in user or ("BADFIRST" in user and body.get("seed", 0) == 0):
+        if "ALWAYSBAD" in user or ("BADFIRST" in user and body.get("temperature") == 0):
             text = "I think both are fine."
         elif "ANSWER A" in user:
             a, b = part("ANSWER A"), part("ANSWER B")
@@ -112,6 +114,29 @@ def test_pairwise_judge_plays_both_orders_retries_and_counts_failures(tmp_path, 
     assert again.stats["tokens_out"] == 14 * 20 and again.stats["new_tokens_out"] == 0
     more = pipeline.stage_battle(config(judge_server.server.url, retries=2), store, show_progress=False)
     assert len(judge_server.bodies) == sent + 2 and more.stats["failed"] == 2
+
+
+def test_a_failed_call_is_not_re_asked_with_retry_settings_and_retries_use_the_model_seed(tmp_path, judge_server):
+    store = workspace(tmp_path)
+    store.put_prompts("open", store.get_prompts("open") + [Prompt(id="p5", turns=["Q five CALLFAILS"])])
+    store.put_answers([Answer(prompt_id="p5", model=m, turns=[f"from {m}"]) for m in ("good-model", "weak-model")])
+    cfg = config(judge_server.server.url)
+    cfg.judge.model.params.seed = 5
+    report = pipeline.stage_battle(cfg, store, show_progress=False)
+    failing = [b for b in judge_server.bodies if "CALLFAILS" in b["messages"][-1]["content"]]
+    assert [(b["seed"], b["temperature"]) for b in failing] == [(5, 0.0), (5, 0.0)]  # both orders, no retry
+    assert {b["seed"] for b in judge_server.bodies} == {5, 6}  # parse retries: a new seed from the model's own
+    assert report.stats["failed"] == 2 + 2 and report.stats["retried"] == 2
+    p5 = [j for j in store.get_judgments("pj") if j.prompt_id == "p5"]
+    assert len(p5) == 2 and all(j.status == "failed" and "call failed" in j.explanation for j in p5)
+
+
+def test_a_judge_rerun_with_other_settings_replaces_its_old_judgments(tmp_path, judge_server):
+    store = workspace(tmp_path)
+    pipeline.stage_battle(config(judge_server.server.url), store, show_progress=False)
+    assert len(store.get_judgments("pj")) == 8
+    pipeline.stage_battle(config(judge_server.server.url, template="single"), store, show_progress=False)
+    assert len(store.get_judgments("pj")) == 4  # one game per pair now; the old second orders are gone
 
 
 def test_injection_attempt_is_flagged_in_the_judgment(tmp_path, judge_server):

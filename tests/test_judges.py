@@ -24,6 +24,8 @@ JUDGE_MODEL = ModelSpec(name="j", engine="openai", model="j", base_url="http://1
         ("Score A: 6/10 ... Score B: 4/10", (6, 4), "pattern"),
         ("Assistant A: 9\nAssistant B: 5", (9, 5), "pattern"),
         ("My verdict: [[3, 8]]", (3, 8), "pattern"),
+        ("score_a (1-10): 8, score_b (1-10): 3", (8, 3), "pattern"),
+        ("Assistant A (1 to 10): 9 ... Assistant B (1 to 10): 2", (9, 2), "pattern"),
     ],
 )
 def test_pair_verdicts_parse_strictly_then_tolerantly(text, scores, method):
@@ -50,6 +52,10 @@ def test_bad_pair_verdicts_are_errors_never_clamped(text, error):
 def test_single_verdicts():
     assert parse_verdict('{"explanation": "ok", "score": 6}', "single").scores == (6,)
     assert parse_verdict("The answer is fine. Rating: [[7]]", "single").scores == (7,)
+    # The scale is not the score.
+    assert parse_verdict("Score (1-10): 7", "single").scores == (7,)
+    with pytest.raises(ParseError):
+        parse_verdict("Scores range 1-10.", "single")
     with pytest.raises(ParseError):
         parse_verdict('{"score_a": 5, "score_b": 5}', "single")
 

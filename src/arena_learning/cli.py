@@ -90,9 +90,9 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None,
         prompts = pipeline.stage_prompts(cfg, store)
         source = "the built-in task suite" if cfg.prompts is None else (cfg.prompts.set or cfg.prompts.path)
         err_console.print(f"test set: {len(prompts)} prompts from {source}; workspace {store.root}")
-        report = pipeline.stage_answer(cfg, store)
+        report = pipeline.stage_answer(cfg, store, prompts=prompts)
         print_call_stats(report, store)
-        print_battle_report(cfg, pipeline.stage_battle(cfg, store), store)
+        print_battle_report(cfg, pipeline.stage_battle(cfg, store, prompts=prompts), store)
         ratings = pipeline.stage_ratings(cfg, store)
     _emit_board(ratings, json_out)
 

@@ -71,11 +71,16 @@ def apply_override(data: dict[str, Any], item: str) -> None:
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like key.subkey=value")
     dotted, raw = item.split("=", 1)
-    value = yaml.safe_load(raw)
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {item!r}: the value is not valid YAML ({err.__class__.__name__})") from None
     node: Any = data
     parts = dotted.split(".")
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
+        if not isinstance(node, (dict, list)):
+            raise ConfigError(f"override {dotted!r}: {'.'.join(parts[:i])!r} is a value, not a section")
         if isinstance(node, list):
             idx = _list_index(node, part, dotted)
             if last:
@@ -86,7 +91,9 @@ def apply_override(data: dict[str, Any], item: str) -> None:
             if last:
                 node[part] = value
             else:
-                node = node.setdefault(part, {})
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
 
 
 def _list_index(node: list[Any], part: str, dotted: str) -> int:
@@ -160,6 +167,9 @@ class ModelSpec(Section):
     def _check(self) -> ModelSpec:
         if self.engine == "openai" and not self.base_url:
             raise ValueError(f"model {self.name!r}: engine 'openai' needs base_url")
+        for url in self.base_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"model {self.name!r}: base_url {url!r} must start with http:// or https://")
         return self
 
     @property
@@ -277,6 +287,20 @@ class RunConfig(Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"model names must be unique; repeated: {', '.join(dupes)}")
+        # The ledger keys calls on the model id, not the URL (so several URLs can share one model's
+        # load); two different servers under one id would be served each other's answers.
+        seen: dict[tuple[str, str], ModelSpec] = {}
+        for m in self.models:
+            if m.engine != "openai":
+                continue
+            key = (m.model, m.params.model_dump_json())
+            other = seen.setdefault(key, m)
+            if other is not m and set(other.base_urls) != set(m.base_urls):
+                raise ValueError(
+                    f"models {other.name!r} and {m.name!r} call different servers under one model id {m.model!r} with "
+                    f"the same params; the ledger would mix their answers: give each a distinct `model` "
+                    f"(llama.cpp server and Ollama accept any name)"
+                )
         for key in ("baseline", "target"):
             value = getattr(self.battles, key)
             if value is not None and value not in names:

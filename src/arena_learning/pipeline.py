@@ -82,9 +82,10 @@ class AnswerReport:
     incomplete: dict[str, int] = field(default_factory=dict)
 
 
-def stage_answer(cfg: RunConfig, store: Store, *, show_progress: bool = True) -> AnswerReport:
-    """Have every contestant answer the test set; return call stats per model."""
-    prompts = stage_prompts(cfg, store)
+def stage_answer(cfg: RunConfig, store: Store, *, show_progress: bool = True,
+                 prompts: list[Prompt] | None = None) -> AnswerReport:
+    """Have every contestant answer the test set (``prompts``, else made now); return call stats per model."""
+    prompts = prompts if prompts is not None else stage_prompts(cfg, store)
     report = AnswerReport()
 
     async def go(progress) -> None:
@@ -130,9 +131,10 @@ def make_judge(cfg: RunConfig):  # noqa: ANN201 - VerifierJudge | LLMJudge | Pan
     return build_judge(cfg.judge)
 
 
-def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True) -> BattleReport:
+def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True,
+                 prompts: list[Prompt] | None = None) -> BattleReport:
     """Judge the scheduled pairs on the prompts both answered; store judgments and battles."""
-    prompts = stage_prompts(cfg, store)
+    prompts = prompts if prompts is not None else stage_prompts(cfg, store)
     names = [m.name for m in cfg.models]
     answers = [a for a in store.get_answers() if a.model in set(names)]
     if not prompts or not answers:
@@ -164,7 +166,8 @@ def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True) ->
         store.set_meta(f"judge_stats/{judge.name}", stats)
         for member in getattr(judge, "members", []):
             store.set_meta(f"judge_stats/{member.name}", member.stats.as_dict())
-    store.put_judgments(judgments)
+    # Judgments of earlier runs (other models, prompts or judge settings) must not mix into audits.
+    store.replace_judgments({cfg.judge.name, *(m.name for m in cfg.judge.members)}, judgments)
     mine = [j for j in judgments if j.judge == cfg.judge.name]
     battles = combine_games(mine, cfg.judge.tie_threshold, mode=cfg.judge.combine)
     store.replace_battles(cfg.judge.name, battles)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import ArenaError
 from .records import Answer, Battle, Judgment, Prompt
 
 SCHEMA = """
@@ -104,10 +105,13 @@ class Store:
 
     def __init__(self, workspace: str | Path):
         self.root = Path(workspace)
-        self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / "arena.db"
-        # isolation_level=None: we open transactions ourselves, so a batch is one commit.
-        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: we open transactions ourselves, so a batch is one commit.
+            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as err:
+            raise ArenaError(f"cannot use {self.root} as a workspace ({err}): give a directory you can write to") from None
         self.db.execute("PRAGMA journal_mode=WAL")
         # NORMAL is durable against a killed process (not a power cut) and far faster than FULL.
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -201,6 +205,11 @@ class Store:
                 ((a.prompt_id, a.model, a.model_dump_json()) for a in answers),
             )
 
+    def delete_answers(self, model: str, prompt_ids: Iterable[str]) -> None:
+        """Drop ``model``'s answers to ``prompt_ids`` (answers that no longer hold, e.g. a turn failed)."""
+        with self._tx():
+            self.db.executemany("DELETE FROM answers WHERE model=? AND prompt_id=?", ((model, p) for p in prompt_ids))
+
     def get_answers(self, model: str | None = None) -> list[Answer]:
         if model is None:
             rows = self.db.execute("SELECT data FROM answers ORDER BY model, prompt_id")
@@ -208,8 +217,10 @@ class Store:
             rows = self.db.execute("SELECT data FROM answers WHERE model=? ORDER BY prompt_id", (model,))
         return [Answer.model_validate_json(d) for (d,) in rows]
 
-    def put_judgments(self, judgments: Iterable[Judgment]) -> None:
+    def replace_judgments(self, judges: Iterable[str], judgments: Iterable[Judgment]) -> None:
+        """Store ``judgments`` as all the judgments of ``judges``, dropping what they had before."""
         with self._tx():
+            self.db.executemany("DELETE FROM judgments WHERE judge=?", ((j,) for j in judges))
             self.db.executemany(
                 "INSERT OR REPLACE INTO judgments (prompt_id, model_a, model_b, judge, status, data) "
                 "VALUES (?,?,?,?,?,?)",

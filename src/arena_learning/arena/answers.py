@@ -77,4 +77,6 @@ async def answer_prompts(
         if p.id not in failed_set
     ]
     store.put_answers(answers)
+    # An answer from an earlier run (other settings) must not stand in for one that failed now.
+    store.delete_answers(model_name, failed)
     return AnswerResult(answers=answers, incomplete=failed, stats=stats)

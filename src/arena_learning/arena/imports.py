@@ -57,13 +57,18 @@ def answer_from_record(rec: dict[str, Any], where: str, model: str | None = None
         raise ValueError(f"{where}: not an answer record (expected 'messages', 'choices' or 'turns')")
     if pid is None or not name:
         raise ValueError(f"{where}: answer record needs a prompt id and a model name (or pass --model)")
+    if not isinstance(name, str) or isinstance(pid, (dict, list, bool)):
+        raise ValueError(f"{where}: the model name must be text and the prompt id text or a number")
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
         raise ValueError(f"{where}: answer has no assistant turns")
     return Answer(prompt_id=str(pid), model=str(name), turns=turns)
 
 
 def _records(path: Path) -> Iterator[tuple[str, Any]]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ArenaError(f"{path}: not UTF-8 text (byte {err.start}); convert it to UTF-8 and import again") from None
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
@@ -97,6 +102,6 @@ def read_answers(paths: list[Path], model: str | None = None) -> ImportReport:
                 continue
             try:
                 report.answers.append(answer_from_record(rec, where, model))
-            except (ValueError, KeyError, IndexError, TypeError) as err:
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
                 report.skipped.append(str(err) if str(err).startswith(where) else f"{where}: {err}")
     return report

@@ -158,8 +158,7 @@ class LLMJudge:
     """A judge folder run on a judge model."""
 
     def __init__(self, cfg: JudgeConfig, engine: Engine | None = None):
-        if cfg.model is None:
-            raise ConfigError(f"judge {cfg.name!r}: kind 'llm' needs judge.model (the judge model's spec)")
+        assert cfg.model is not None, "JudgeConfig validation requires a model for kind 'llm'"
         self.cfg = cfg
         self.name = cfg.name
         self.spec = load_judge_spec(cfg.template)
@@ -218,13 +217,15 @@ class LLMJudge:
             params["json_schema"] = self.spec.schema_
         if attempt > 0:
             # A retry must be a different call (else the ledger answers it with the same text).
-            params["seed"] = int(params.get("seed", 0)) + attempt
+            base = params.get("seed", self.engine.default_params()["seed"])
+            params["seed"] = int(base) + attempt
             params["temperature"] = self.cfg.retry_temperature
         return params
 
     async def _resolve(self, store: Store, items: list[_Item], progress: Any, label: str) -> None:
         """Call the judge for every item, retrying parse failures, until parsed or out of retries."""
         pending = list(items)
+        failed_calls: list[_Item] = []
         self.stats.requests += len(items)
         for attempt in range(self.cfg.retries + 1):
             if not pending:
@@ -241,8 +242,10 @@ class LLMJudge:
                     self.stats.tokens_in += comp.tokens_in
                     self.stats.tokens_out += comp.tokens_out
                 if comp is None:
+                    # A failed call is not re-asked now with retry settings (that would swap the
+                    # verdict for a warmer sample); the ledger retries the same call on the next run.
                     it.error = "the judge call failed (see the ledger); retried on the next run"
-                    still.append(it)
+                    failed_calls.append(it)
                     continue
                 it.raw = comp.text
                 try:
@@ -257,7 +260,7 @@ class LLMJudge:
                 else:
                     self.stats.retried += 1
             pending = still
-        self.stats.failed += len(pending)
+        self.stats.failed += len(pending) + len(failed_calls)
 
     async def judge_pairs(self, store: Store, tasks: Sequence[PairTask], progress: Any = None) -> list[Judgment]:
         """Return the judgments of ``tasks``: two games per task (both orders) or one from single grades."""
@@ -322,8 +325,6 @@ class PanelJudge:
     """Several judges on the same games: the mean of their scores or the majority of their verdicts."""
 
     def __init__(self, cfg: JudgeConfig):
-        if len(cfg.members) < 2:
-            raise ConfigError(f"judge {cfg.name!r}: a panel needs at least two members (judge.members)")
         names = [m.name for m in cfg.members]
         if len(set(names)) != len(names) or cfg.name in names:
             raise ConfigError(f"judge {cfg.name!r}: panel members need distinct names, unlike the panel's")

@@ -55,16 +55,19 @@ def _score(value: Any, key: str) -> float:
     return x
 
 
-_NUM = r"(\d+(?:\.\d+)?)"
+# A number that is not the start of a range such as "1-10" or "1 to 10" ...
+_NUM = r"(\d+(?:\.\d+)?)(?!\s*(?:-|\u2013|to)\s*\d)"
+# ... after a label's separator, which may name the scale: "Score (1-10): 7".
+_SEP = r"(?:\s*\(\s*\d+\s*(?:-|\u2013|to)\s*\d+\s*\))?\W{0,4}"
 _PAIR_PATTERNS = [
-    re.compile(rf"score[_ ]?a\W{{0,4}}{_NUM}.*?score[_ ]?b\W{{0,4}}{_NUM}", re.I | re.S),
-    re.compile(rf"assistant a\W{{0,4}}{_NUM}\s*(?:/\s*10)?.*?assistant b\W{{0,4}}{_NUM}", re.I | re.S),
+    re.compile(rf"score[_ ]?a{_SEP}{_NUM}.*?score[_ ]?b{_SEP}{_NUM}", re.I | re.S),
+    re.compile(rf"assistant a{_SEP}{_NUM}\s*(?:/\s*10)?.*?assistant b{_SEP}{_NUM}", re.I | re.S),
     re.compile(rf"\[\[\s*{_NUM}\s*,\s*{_NUM}\s*\]\]"),
 ]
 _SINGLE_PATTERNS = [
     re.compile(rf"\[\[\s*{_NUM}\s*\]\]"),
-    re.compile(rf"\bscore\W{{0,4}}{_NUM}", re.I),
-    re.compile(rf"\brating\W{{0,4}}{_NUM}", re.I),
+    re.compile(rf"\bscore{_SEP}{_NUM}", re.I),
+    re.compile(rf"\brating{_SEP}{_NUM}", re.I),
 ]
 
 

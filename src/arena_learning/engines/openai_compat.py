@@ -67,7 +67,9 @@ class OpenAIEngine(Engine):
             headers = {"Content-Type": "application/json"}
             if self.api_key:
                 headers["Authorization"] = f"Bearer {self.api_key}"
-            connector = aiohttp.TCPConnector(limit=0, limit_per_host=max(e.limit for e in self.endpoints))
+            # No pool limits: the per-endpoint semaphores bound the load, and a pool limit shared by
+            # endpoints on one host would queue requests inside the timeout.
+            connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 headers=headers,
