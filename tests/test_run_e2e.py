@@ -148,3 +148,22 @@ def test_leaderboard_with_style_control(finished_run):
     assert all(r["rating"] == pytest.approx(plain[r["model"]], abs=1e-6) for r in out["ratings"])
     assert set(out["style_coefficients"]) == {"length", "headers", "lists", "bold"}
     assert all(r["delta"] == pytest.approx(r["rating_controlled"] - r["rating"]) for r in out["ratings"])
+
+
+def test_win_rates_and_online_elo(finished_run):
+    _, ws, proc = finished_run
+    out = json.loads(arena("winrates", ws, "--anchor", "zero", "--json").stdout)
+    models, p = out["models"], out["predicted"]
+    assert sorted(models) == ["four", "two", "zero"]
+    for i in range(3):
+        assert p[i][i] == pytest.approx(0.5)
+        for j in range(3):
+            assert p[i][j] + p[j][i] == pytest.approx(1.0)
+            if i != j:
+                assert out["games"][i][j] == 27 and 0.0 <= out["observed"][i][j] <= 1.0
+                assert out["observed"][i][j] + out["observed"][j][i] == pytest.approx(1.0)
+    assert out["win_rate_vs_anchor"]["zero"] == pytest.approx(0.5)
+    ratings = {r["model"]: r["rating"] for r in json.loads(proc.stdout)}
+    best = max(ratings, key=ratings.get)
+    assert out["win_rate_vs_anchor"][best] == max(out["win_rate_vs_anchor"].values())
+    assert set(out["online_elo"]) == set(models)

@@ -194,6 +194,73 @@ def leaderboard(
     _emit_board(ratings, json_out)
 
 
+@app.command()
+@user_errors
+def winrates(
+    workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
+    anchor: Annotated[str | None, typer.Option(help="also give each model's predicted win rate against this model")] = None,
+    k: Annotated[float, typer.Option("--elo-k", help="K of the online Elo shown for comparison")] = 4.0,
+    json_out: Annotated[bool, typer.Option("--json", help="print everything as one JSON object")] = False,
+) -> None:
+    """Print pairwise win rates (predicted by the ratings and observed), win rate vs an anchor, and online Elo."""
+    from .rating.counts import BattleTable
+    from .rating.elo import online_elo
+    from .rating.winrate import observed_win_matrix, predicted_win_matrix, win_rate_vs
+
+    if not (workspace / "arena.db").is_file():
+        raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
+    with Store(workspace) as store:
+        cfg = pipeline.load_saved_config(store)
+        battles = store.get_battles(cfg.judge.name)
+        ratings = pipeline.stage_ratings(cfg, store)
+    models, predicted = predicted_win_matrix(ratings)
+    obs_models, observed, games = observed_win_matrix(BattleTable.from_battles(battles))
+    obs_index = {m: i for i, m in enumerate(obs_models)}
+    elo = online_elo(battles, k=k)
+    vs = win_rate_vs(ratings, anchor) if anchor else None
+
+    def observed_share(a: str, b: str) -> float | None:
+        i, j = obs_index[a], obs_index[b]
+        return None if games[i, j] == 0 else float(observed[i, j])
+
+    if json_out:
+        out = {
+            "models": models,
+            "predicted": [[float(x) for x in row] for row in predicted],
+            "observed": [[observed_share(a, b) for b in models] for a in models],
+            "games": [[int(games[obs_index[a], obs_index[b]]) for b in models] for a in models],
+            "online_elo": {m: elo[m] for m in models},
+            "win_rate_vs_anchor": vs,
+        }
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return
+    table = Table(title="row beats column: predicted by BT (observed share of points)", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    table.add_column("model", no_wrap=True)
+    for i, _ in enumerate(models):
+        table.add_column(f"#{i + 1}", justify="right", no_wrap=True)
+    for i, a in enumerate(models):
+        cells = []
+        for j, b in enumerate(models):
+            if i == j:
+                cells.append("-")
+                continue
+            o = observed_share(a, b)
+            cells.append(f"{100 * predicted[i, j]:.0f}%" + (f" ({100 * o:.0f})" if o is not None else ""))
+        table.add_row(f"#{i + 1} {a}", *cells)
+    console.print(table)
+    side = Table(title=f"ratings beside online Elo (k={k:g}, battles in stored order)", title_justify="left",
+                 box=box.SIMPLE_HEAD)
+    for col in ("model", "BT rating", "online Elo") + ((f"win rate vs {anchor}",) if vs else ()):
+        side.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    for r in ratings:
+        row = [r.model, f"{r.rating:.1f}", f"{elo[r.model]:.1f}"]
+        if vs:
+            row.append(f"{100 * vs[r.model]:.1f}%")
+        side.add_row(*row)
+    console.print(side)
+
+
 def _style_board(workspace: Path, json_out: bool) -> None:
     with Store(workspace) as store:
         result = pipeline.stage_style_control(pipeline.load_saved_config(store), store)
