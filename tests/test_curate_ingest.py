@@ -328,3 +328,35 @@ def test_cli_strict_stops_at_the_bad_line_and_keeps_what_was_ingested(tmp_path):
 def test_cli_rejects_an_unknown_format(tmp_path):
     result = CliRunner().invoke(cli(), ["ingest", str(tmp_path), "--out", str(tmp_path / "ws"), "--format", "xml"])
     assert result.exit_code == 2 and "--format 'xml'" in result.output
+
+
+def test_tsv_is_read_tab_separated(tmp_path):
+    path = tmp_path / "alpaca.tsv"
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["instruction", "input", "output"], delimiter="\t")
+        writer.writeheader()
+        writer.writerows(ALPACA_ROWS)
+    report = ingest([SourceSpec(path=str(path), name="alpaca")])
+    assert not report.problems
+    assert report.prompts == ingest([SourceSpec(path=str(write_jsonl(tmp_path / "a.jsonl", ALPACA_ROWS)),
+                                                name="alpaca")]).prompts
+
+
+def test_a_folder_with_state_json_that_is_no_dataset_is_an_ingest_error(tmp_path):
+    folder = tmp_path / "not_a_dataset"
+    folder.mkdir()
+    (folder / "state.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(IngestError, match="not_a_dataset.*save_to_disk"):
+        ingest([folder])
+
+
+def test_records_of_a_json_object_are_reported_at_their_own_line(tmp_path):
+    rows = [json.loads(line) for line in shared("arena-hard-v0.1", "question.jsonl").open()][:3]
+    rows.insert(1, {"uid": "bad", "prompt": 7})  # a prompt that is not text
+    text = json.dumps({"version": "1", "data": rows}, indent=2)
+    path = tmp_path / "wrapped.json"
+    path.write_text(text, encoding="utf-8")
+    report = ingest([path])
+    assert [p.id for p in report.prompts] == [rows[0]["uid"], rows[2]["uid"], rows[3]["uid"]]
+    bad_line = text[: text.index('"uid": "bad"')].count("\n")  # the line of the record's '{'
+    assert [(p.where, p.kind) for p in report.problems] == [(f"{path}:{bad_line}", "bad_record")]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import typer
+import yaml
 from typer.testing import CliRunner
 
 from arena_learning.curate.commands import register
@@ -185,3 +186,81 @@ def test_cli_pool_build_needs_the_named_test_set(tmp_path):
     result = CliRunner().invoke(cli(), ["pool", "build", str(config)])
     assert result.exit_code == 2
     assert "'testset/mix'" in result.output and "arena testset build" in result.output
+
+
+def test_a_short_generic_follow_up_turn_alone_does_not_make_a_conversation_contaminated():
+    test = P("t", "Write a Python function that returns every prime number below a given bound n.",
+             "Can you parallelize it?")
+    other = P("p", "Write a C++ merge sort for singly linked lists that keeps equal elements stable.",
+              "Can you parallelize it?")
+    # The same follow-up after the same opening is still the test item.
+    copy = P("copy", *test.turns)
+    kept, dropped, matches = decontaminate([other, copy], [test], threshold=0.7, ngram=13)
+    assert [p.id for p in kept] == ["p"]
+    assert matches == {"copy": "t"}
+
+
+def _pool_source_config(tmp_path: Path, test_source: Path) -> Path:
+    path = tmp_path / "pool.yaml"
+    path.write_text(
+        f"workspace: {tmp_path / 'configured'}\n"
+        f"sources:\n  - path: {shared('vicuna_bench', 'question.jsonl')}\n"
+        f"decontam:\n  test_sets: []\n  test_sources:\n    - path: {test_source}\n"
+        "slices:\n  n_slices: 2\n  n_clusters: 0\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_a_test_source_that_yields_no_prompts_is_an_error_naming_the_file(tmp_path):
+    wrong = tmp_path / "tests.jsonl"
+    wrong.write_text('{"question": "What is 2 + 2?"}\n{"question": "Name a prime."}\n', encoding="utf-8")
+    result = CliRunner().invoke(cli(), ["pool", "build", str(_pool_source_config(tmp_path, wrong)), "-q"])
+    assert result.exit_code == 2, result.output
+    assert "decontam.test_sources" in result.output and "tests.jsonl" in result.output
+    assert "wrong_format 2" in result.output
+
+
+def test_pool_build_counts_skipped_test_inputs_and_saves_the_workspace_it_used(tmp_path):
+    mt = shared("mt_bench", "question.jsonl").read_text(encoding="utf-8")
+    tests = tmp_path / "tests.jsonl"
+    tests.write_text(mt + "{not json\n", encoding="utf-8")
+    used = tmp_path / "given-with-w"
+    result = CliRunner().invoke(
+        cli(), ["pool", "build", str(_pool_source_config(tmp_path, tests)), "-q", "-w", str(used)]
+    )
+    assert result.exit_code == 0, result.output
+    with Store(used) as store:
+        steps = {s["name"]: s for s in store.get_meta("pool/steps")}
+        saved = store.get_meta("pool/config")
+    assert steps["decontaminate"]["notes"] == {"test items": 80, "test inputs skipped": 1}
+    assert saved["workspace"] == str(used)
+    assert yaml.safe_load((used / "pool.config.yaml").read_text())["workspace"] == str(used)
+    assert not (tmp_path / "configured").exists()
+
+
+@pytest.mark.parametrize("stage", ["pool", "testset"])
+def test_a_failed_build_closes_its_workspace(tmp_path, monkeypatch, stage):
+    from arena_learning.curate import commands
+    from arena_learning.curate.settings import PoolConfig, TestsetConfig
+
+    opened: list[Store] = []
+
+    class Recorded(Store):
+        closed = False
+
+        def __init__(self, workspace):
+            super().__init__(workspace)
+            opened.append(self)
+
+        def close(self):
+            self.closed = True
+            super().close()
+
+    monkeypatch.setattr(commands, "Store", Recorded)
+    with pytest.raises(ArenaError):  # the new workspace lacks the prompt sets a build starts from
+        if stage == "pool":
+            commands.run_pool(PoolConfig(workspace=str(tmp_path / "ws"), input_set="absent"), progress=False)
+        else:
+            commands.run_testset(TestsetConfig(workspace=str(tmp_path / "ws"), input_set="absent"), progress=False)
+    assert len(opened) == 1 and opened[0].closed

@@ -407,3 +407,21 @@ def test_bootstrap_rounds_that_lose_a_models_only_loss_or_only_battle_are_report
     assert np.all(np.isfinite(result.ci_low)) and np.all(np.isfinite(result.ci_high))
     rare = result.models.index("rare")
     assert np.isnan(result.boot[:, rare]).any() and not np.isnan(result.boot[:, rare]).all()
+
+
+def _rare_model_battles():
+    """Thirty prompts of a vs b, and one prompt (two battles) of a model called rare."""
+    battles = [_battle(f"q{i}", "a", "b", "model_a" if i % 3 else "model_b") for i in range(30)]
+    return battles + [_battle("r", "rare", "a", "model_a"), _battle("r", "a", "rare", "model_a")]
+
+
+def test_a_model_absent_from_every_bootstrap_round_has_no_interval_and_is_named():
+    # Seed 21 draws the prompt "r" in none of the 3 rounds.
+    with pytest.warns(RatingWarning) as caught:
+        result = rate(BattleTable.from_battles(_rare_model_battles()), bootstrap=3, seed=21)
+    assert any(str(w.message).startswith("rare: no battle in any of the 3 bootstrap rounds") for w in caught)
+    assert np.isnan(result.boot[:, result.models.index("rare")]).all()
+    board = {r.model: r for r in result.to_ratings()}
+    assert board["rare"].ci_low is None and board["rare"].ci_high is None
+    assert all(math.isfinite(board[m].ci_low) and math.isfinite(board[m].ci_high) for m in ("a", "b"))
+    assert any("rare: no battle" in note for note in result.warnings)

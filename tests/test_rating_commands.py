@@ -148,3 +148,44 @@ def test_exports_keep_the_field_order_and_nulls(tmp_path):
     text = path.read_text().splitlines()
     assert text[0] == ",".join(FIELDS)
     assert text[1].startswith("a,") and ",,," in text[1]
+
+
+def _no_nan(token):
+    raise ValueError(f"{token} is not JSON")
+
+
+def test_json_output_has_null_not_nan_for_a_model_in_no_bootstrap_round(tmp_path):
+    rows = [{"question_id": f"q{i}", "model_a": "a", "model_b": "b", "winner": "model_a" if i % 3 else "model_b"}
+            for i in range(30)]
+    rows += [{"question_id": "r", "model_a": "rare", "model_b": "a", "winner": "model_a"},
+             {"question_id": "r", "model_a": "a", "model_b": "rare", "winner": "model_a"}]
+    path = tmp_path / "rare.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    # Seed 21 draws the prompt "r" in none of the 3 rounds.
+    result = CliRunner().invoke(cli(), ["ratings", str(path), "-b", "3", "--seed", "21", "--json"])
+    assert result.exit_code == 0, result.output
+    got = {r["model"]: r for r in json.loads(result.stdout, parse_constant=_no_nan)}
+    assert got["rare"]["ci_low"] is None and got["rare"]["ci_high"] is None
+    assert got["a"]["ci_low"] is not None
+    assert "rare: no battle in any of the 3 bootstrap rounds" in result.stderr
+
+
+def test_parquet_log_with_categorical_columns_and_a_missing_value_is_read(tmp_path):
+    frame = pd.DataFrame(battle_rows())
+    for col in ("model_a", "model_b", "winner"):
+        frame[col] = frame[col].astype("category")
+    path = tmp_path / "battles.parquet"
+    frame.to_parquet(path)
+    assert isinstance(pd.read_parquet(path)["winner"].dtype, pd.CategoricalDtype)
+    table, report = read_battle_log(path)
+    assert report.rows == 604 and report.rated == 600 and table.n_battles == 600
+    assert report.skipped == {"unknown winner 'model_c'": 2, "unknown winner '<missing>'": 1, "model_a or model_b missing": 1}
+
+
+def test_a_malformed_jsonl_battle_log_names_the_bad_line(tmp_path):
+    lines = [json.dumps(r) for r in battle_rows()[:5]]
+    lines.insert(3, '{"model_a": "x", "model_b": ')
+    path = tmp_path / "broken.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ArenaError, match=f"cannot read battle log {path}:4: "):
+        read_battle_log(path)

@@ -167,3 +167,30 @@ def test_compare_command_reports_user_errors_with_exit_code_2(tmp_path):
     b.write_text("model,score\nq,1\nr,2\n")
     disjoint = CliRunner().invoke(cli(), ["compare", str(a), str(b)])
     assert disjoint.exit_code == 2 and "0 model(s) are on both boards" in disjoint.stderr
+
+
+def test_compare_column_options_name_the_reference_columns_only(tmp_path):
+    ours = tmp_path / "ours.csv"
+    ours.write_text("model,rating,ci_low,ci_high\nx,1100,1090,1110\ny,1000,990,1010\nz,900,890,910\n")
+    ref = tmp_path / "ref.csv"
+    ref.write_text("name,elo\nx,50\ny,40\nz,30\n")
+    result = CliRunner().invoke(cli(), ["compare", str(ours), str(ref), "--model-col", "name", "--score-col", "elo",
+                                        "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["layout_a"] == "arena-learning" and data["layout_b"] == "columns"
+    assert data["n_models"] == 3 and data["spearman"] == pytest.approx(1.0)
+    help_text = CliRunner().invoke(cli(), ["compare", "--help"], terminal_width=200).stdout
+    assert "BOARD_B only" in help_text
+
+
+def test_board_errors_name_the_jsonl_line_and_the_json_record(tmp_path):
+    rows = [{"model": "x", "score": 2.0}, {"model": "y", "score": "high"}]
+    jsonl = tmp_path / "board.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ArenaError, match=rf"{jsonl}:2: column 'score' holds 'high'"):
+        read_board(jsonl)
+    js = tmp_path / "board.json"
+    js.write_text(json.dumps(rows))
+    with pytest.raises(ArenaError, match=rf"{js}: record 2: column 'score' holds 'high'"):
+        read_board(js)

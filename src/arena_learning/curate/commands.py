@@ -247,8 +247,8 @@ def run_testset(
     score_turns: Callable[[list[str]], list[float | None]] | None = None,
     progress: bool = True,
     embeddings: Callable[[Sequence[Prompt]], Any] | None = None,
-) -> tuple[Store, Any]:
-    """Build the test set of ``cfg`` into its workspace; return the open store and the TestsetResult.
+) -> tuple[Path, Any]:
+    """Build the test set of ``cfg`` into its workspace; return the workspace folder and the TestsetResult.
 
     ``score_turns`` replaces the configured difficulty judge; ``embeddings`` (prompts ->
     float32 (N, D)) replaces the configured embedding model. Both exist for tests and
@@ -256,30 +256,30 @@ def run_testset(
     """
     from .testset import build_testset, cluster_map
 
-    store = Store(workspace if workspace is not None else cfg.workspace)
-    save_resolved_config(store, "testset", cfg)
-    with tracker(progress) as track:
-        prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "testset", cfg.strict, track)
-        cleaned, steps = _clean(store, prompts, cfg, track)
-        steps.insert(0, first)
-        emb = embeddings(cleaned) if embeddings is not None else _embed(cleaned, cfg, track)
-        if cfg.hard.top_n > 0 and score_turns is None:
-            score_turns = _difficulty_scorer(store, cfg)
-        result = build_testset(cleaned, emb, cfg.diverse, cfg.hard, cfg.seed, score_turns)
-    result.steps = steps + result.steps
-    if cfg.diverse.projection != "none":
-        selected = {p.id for p in result.mix}
-        result.cluster_map = cluster_map(
-            result.clustered, emb, selected, cfg.diverse.projection, cfg.seed, cfg.diverse.projection_max_points
-        )
-        store.set_meta("testset/cluster_map", result.cluster_map)
-    save_set(store, "testset/clean", result.clustered)
-    save_set(store, "testset/diverse", result.diverse)
-    save_set(store, "testset/hard", result.hard)
-    save_set(store, "testset/mix", result.mix)
-    store.set_meta("testset/steps", [asdict(s) for s in result.steps])
-    store.set_meta("testset/per_cluster", result.per_cluster)
-    return store, result
+    with Store(workspace if workspace is not None else cfg.workspace) as store:
+        save_resolved_config(store, "testset", cfg.model_copy(update={"workspace": str(store.root)}))
+        with tracker(progress) as track:
+            prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "testset", cfg.strict, track)
+            cleaned, steps = _clean(store, prompts, cfg, track)
+            steps.insert(0, first)
+            emb = embeddings(cleaned) if embeddings is not None else _embed(cleaned, cfg, track)
+            if cfg.hard.top_n > 0 and score_turns is None:
+                score_turns = _difficulty_scorer(store, cfg)
+            result = build_testset(cleaned, emb, cfg.diverse, cfg.hard, cfg.seed, score_turns)
+        result.steps = steps + result.steps
+        if cfg.diverse.projection != "none":
+            selected = {p.id for p in result.mix}
+            result.cluster_map = cluster_map(
+                result.clustered, emb, selected, cfg.diverse.projection, cfg.seed, cfg.diverse.projection_max_points
+            )
+            store.set_meta("testset/cluster_map", result.cluster_map)
+        save_set(store, "testset/clean", result.clustered)
+        save_set(store, "testset/diverse", result.diverse)
+        save_set(store, "testset/hard", result.hard)
+        save_set(store, "testset/mix", result.mix)
+        store.set_meta("testset/steps", [asdict(s) for s in result.steps])
+        store.set_meta("testset/per_cluster", result.per_cluster)
+        return store.root, result
 
 
 # ---- pool -------------------------------------------------------------------------------
@@ -301,73 +301,89 @@ def run_pool(
     workspace: Path | None = None,
     progress: bool = True,
     embeddings: Callable[[Sequence[Prompt]], Any] | None = None,
-) -> tuple[Store, PoolResult]:
-    """Build the training pool of ``cfg``: clean, decontaminate against the test sets, cut D0..D{n-1}."""
+) -> tuple[Path, PoolResult]:
+    """Return the workspace folder and the training pool of ``cfg``, built and stored there.
+
+    The build cleans the sources, decontaminates them against the test sets and cuts D0..D{n-1}.
+    """
     from .decontam import decontaminate
     from .ingest import ingest
     from .slices import cut_slices, slice_names
     from .testset import cluster_embeddings, cluster_names, label_prompts
 
-    store = Store(workspace if workspace is not None else cfg.workspace)
-    save_resolved_config(store, "pool", cfg)
-    dc = cfg.decontam
-    tests: list[Prompt] = []
-    for name in dc.test_sets:
-        found = store.get_prompts(name)
-        if not found:
-            raise ArenaError(
-                f"decontam.test_sets names {name!r}, which workspace {store.root} does not hold: build the test set "
-                "there first (arena testset build), or list other sets (or none: decontam.test_sets: [])"
-            )
-        tests.extend(found)
-    if dc.test_sources:
-        tests.extend(ingest(dc.test_sources, strict=cfg.strict).prompts)
-
-    with tracker(progress) as track:
-        prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "pool", cfg.strict, track)
-        cleaned, steps = _clean(store, prompts, cfg, track)
-        steps.insert(0, first)
-        advance = track("decontaminate", len(cleaned))
-        pool, dropped, matches = decontaminate(
-            cleaned,
-            tests,
-            dc.threshold,
-            dc.num_perm,
-            dc.shingle,
-            dc.shingle_ngram,
-            dc.ngram,
-            dc.ngram_coverage,
-            dc.seed,
-            advance,
-        )
-        steps.append(Step("decontaminate", len(cleaned), len(pool), dict(dropped), {"test items": len(tests)}))
-        sl = cfg.slices
-        if sl.n_clusters > 0 and not all(p.cluster is not None for p in pool):
-            if len(pool) < sl.n_clusters:
+    with Store(workspace if workspace is not None else cfg.workspace) as store:
+        save_resolved_config(store, "pool", cfg.model_copy(update={"workspace": str(store.root)}))
+        dc = cfg.decontam
+        tests: list[Prompt] = []
+        for name in dc.test_sets:
+            found = store.get_prompts(name)
+            if not found:
                 raise ArenaError(
-                    f"the pool holds {len(pool)} prompts after cleaning, fewer than slices.n_clusters={sl.n_clusters}: "
-                    "lower it (0: no stratification)"
+                    f"decontam.test_sets names {name!r}, which workspace {store.root} does not hold: "
+                    "build the test set there first (arena testset build), "
+                    "or list other sets (or none: decontam.test_sets: [])"
                 )
-            emb = embeddings(pool) if embeddings is not None else _embed(pool, cfg, track)
-            labels, _ = cluster_embeddings(emb, sl.n_clusters, cfg.seed, sl.minibatch_above, sl.n_init)
-            pool = label_prompts(pool, labels, cluster_names(sl.n_clusters))
-            steps.append(Step("cluster", len(pool), len(pool), notes={"clusters": sl.n_clusters}))
-    slices = cut_slices(pool, sl.n_slices, cfg.seed, sl.d0_size)
-    names = slice_names(sl.n_slices)
-    steps.append(Step("slices", len(pool), sum(map(len, slices)), notes={n: len(s) for n, s in zip(names, slices)}))
+            tests.extend(found)
+        notes: dict[str, Any] = {}
+        if dc.test_sources:
+            report = ingest(dc.test_sources, strict=cfg.strict)
+            print_problems(report)
+            for path, counts in report.per_source.items():
+                if not counts.get("ingested") and not counts.get("already_present"):
+                    bad = ", ".join(f"{k} {counts[k]}" for k in BAD_KINDS if counts.get(k)) or "no records"
+                    raise ArenaError(
+                        f"decontam.test_sources: {path} gave no test prompts ({bad}), so nothing would be "
+                        "decontaminated against it: fix the file, or give its layout with 'format:'"
+                    )
+            tests.extend(report.prompts)
+            notes["test inputs skipped"] = sum(report.counts.get(k, 0) for k in BAD_KINDS)
 
-    save_set(store, "pool/clean", pool)
-    for name, part in zip(names, slices):
-        save_set(store, f"pool/{name}", part)
-    # Slices of an earlier build with more slices would otherwise linger beside the new ones.
-    for stale in sorted(store.prompt_sets()):
-        if stale.startswith("pool/D") and stale[len("pool/") :] not in names:
-            save_set(store, stale, [])
-    per_cluster = _slice_counts(pool, slices, names)
-    store.set_meta("pool/steps", [asdict(s) for s in steps])
-    store.set_meta("pool/per_cluster", per_cluster)
-    store.set_meta("pool/decontam_matches", matches)
-    return store, PoolResult(pool, slices, steps, matches, per_cluster)
+        with tracker(progress) as track:
+            prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "pool", cfg.strict, track)
+            cleaned, steps = _clean(store, prompts, cfg, track)
+            steps.insert(0, first)
+            advance = track("decontaminate", len(cleaned))
+            pool, dropped, matches = decontaminate(
+                cleaned,
+                tests,
+                dc.threshold,
+                dc.num_perm,
+                dc.shingle,
+                dc.shingle_ngram,
+                dc.ngram,
+                dc.ngram_coverage,
+                dc.seed,
+                advance,
+            )
+            notes = {"test items": len(tests), **notes}
+            steps.append(Step("decontaminate", len(cleaned), len(pool), dict(dropped), notes))
+            sl = cfg.slices
+            if sl.n_clusters > 0 and not all(p.cluster is not None for p in pool):
+                if len(pool) < sl.n_clusters:
+                    raise ArenaError(
+                        f"the pool holds {len(pool)} prompts after cleaning, "
+                        f"fewer than slices.n_clusters={sl.n_clusters}: lower it (0: no stratification)"
+                    )
+                emb = embeddings(pool) if embeddings is not None else _embed(pool, cfg, track)
+                labels, _ = cluster_embeddings(emb, sl.n_clusters, cfg.seed, sl.minibatch_above, sl.n_init)
+                pool = label_prompts(pool, labels, cluster_names(sl.n_clusters))
+                steps.append(Step("cluster", len(pool), len(pool), notes={"clusters": sl.n_clusters}))
+        slices = cut_slices(pool, sl.n_slices, cfg.seed, sl.d0_size)
+        names = slice_names(sl.n_slices)
+        steps.append(Step("slices", len(pool), sum(map(len, slices)), notes={n: len(s) for n, s in zip(names, slices)}))
+
+        save_set(store, "pool/clean", pool)
+        for name, part in zip(names, slices):
+            save_set(store, f"pool/{name}", part)
+        # Slices of an earlier build with more slices would otherwise linger beside the new ones.
+        for stale in sorted(store.prompt_sets()):
+            if stale.startswith("pool/D") and stale[len("pool/") :] not in names:
+                save_set(store, stale, [])
+        per_cluster = _slice_counts(pool, slices, names)
+        store.set_meta("pool/steps", [asdict(s) for s in steps])
+        store.set_meta("pool/per_cluster", per_cluster)
+        store.set_meta("pool/decontam_matches", matches)
+        return store.root, PoolResult(pool, slices, steps, matches, per_cluster)
 
 
 def _slice_counts(
@@ -447,14 +463,13 @@ def testset_build_command(
     and per cluster.
     """
     cfg = load_config_file(config, TestsetConfig, set_)
-    store, result = run_testset(cfg, workspace, progress=not quiet)
-    with store:
-        console.print(steps_table(result.steps, "test set: counts per step"))
-        console.print(per_cluster_table(result.per_cluster, "test set: per cluster"))
-        console.print(
-            f"diverse {len(result.diverse)}, hard {len(result.hard)}, mix {len(result.mix)} prompts "
-            f"in {store.root} (sets testset/*; JSONL under {store.root / 'sets' / 'testset'})"
-        )
+    root, result = run_testset(cfg, workspace, progress=not quiet)
+    console.print(steps_table(result.steps, "test set: counts per step"))
+    console.print(per_cluster_table(result.per_cluster, "test set: per cluster"))
+    console.print(
+        f"diverse {len(result.diverse)}, hard {len(result.hard)}, mix {len(result.mix)} prompts "
+        f"in {root} (sets testset/*; JSONL under {root / 'sets' / 'testset'})"
+    )
 
 
 def pool_build_command(
@@ -469,12 +484,11 @@ def pool_build_command(
     pool/clean and pool/D0.. to the workspace (JSONL copies under WORKSPACE/sets/pool/).
     """
     cfg = load_config_file(config, PoolConfig, set_)
-    store, result = run_pool(cfg, workspace, progress=not quiet)
-    with store:
-        console.print(steps_table(result.steps, "pool: counts per step"))
-        console.print(per_cluster_table(result.per_cluster, "pool: slices per cluster"))
-        sizes = ", ".join(f"D{i} {len(s)}" for i, s in enumerate(result.slices))
-        console.print(f"pool {len(result.pool)} prompts: {sizes} in {store.root}")
+    root, result = run_pool(cfg, workspace, progress=not quiet)
+    console.print(steps_table(result.steps, "pool: counts per step"))
+    console.print(per_cluster_table(result.per_cluster, "pool: slices per cluster"))
+    sizes = ", ".join(f"D{i} {len(s)}" for i, s in enumerate(result.slices))
+    console.print(f"pool {len(result.pool)} prompts: {sizes} in {root}")
 
 
 def _help(doc: str | None) -> str:

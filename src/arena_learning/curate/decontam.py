@@ -5,7 +5,10 @@ Two tests, either one drops a pool item:
 - MinHash: the estimated Jaccard similarity of character (or word) shingles
   between the pool item and a test item reaches ``threshold``. Whole conversations
   are compared, and each user turn on its own, so a pool conversation that opens
-  with an MT-Bench question and goes on elsewhere is still caught.
+  with an MT-Bench question and goes on elsewhere is still caught. A test item's
+  later turn is matched on its own only when it has at least ``ngram`` words: a
+  short follow-up ("Can you parallelize it?") is generic and counts only together
+  with the turns before it.
 - long n-grams: the pool item shares a run of ``ngram`` words (13, as in the GPT-3
   paper) with a test item, within one user turn. This catches a test prompt pasted
   inside a longer request, where Jaccard similarity is low.
@@ -35,16 +38,22 @@ from .dedupe import (
 _WORD = re.compile(r"\w+")
 
 
-def _units(prompts: Sequence[Prompt]) -> tuple[list[str], np.ndarray]:
-    """Return the texts compared (each conversation, and each turn of a multi-turn one) and their owner rows."""
+def _units(prompts: Sequence[Prompt], min_later_words: int = 0) -> tuple[list[str], np.ndarray]:
+    """Return the texts compared (each conversation, and each turn of a multi-turn one) and their owner rows.
+
+    A turn after the first is a unit of its own only with at least ``min_later_words`` words.
+    """
     texts: list[str] = []
     owners: list[int] = []
     for i, p in enumerate(prompts):
         texts.append(dedupe_text(p))
         owners.append(i)
         if len(p.turns) > 1:
-            for t in p.turns:
-                texts.append(normalize(t))
+            for k, t in enumerate(p.turns):
+                text = normalize(t)
+                if k > 0 and len(_WORD.findall(text)) < min_later_words:
+                    continue
+                texts.append(text)
                 owners.append(i)
     return texts, np.asarray(owners, dtype=np.int64)
 
@@ -107,7 +116,8 @@ def decontaminate(
     """
     if not tests or not pool:
         return list(pool), Counter(), {}
-    test_texts, test_owner = _units(tests)
+    # A short later test turn is generic: alone it would match any conversation that uses it.
+    test_texts, test_owner = _units(tests, min_later_words=ngram)
     test_sigs = signatures(test_texts, num_perm, seed, shingle, shingle_ngram)
     lsh = lsh_index(threshold, num_perm)
     for j, sig in enumerate(test_sigs):

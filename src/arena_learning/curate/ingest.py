@@ -9,7 +9,7 @@ Layouts (one record per conversation):
 - ``arenahard``: ``{"uid", "category", "cluster", "prompt"}``
 
 Containers: JSON (a list of records, one record, or ``{"key": [records]}``), JSONL,
-Parquet, CSV (list-valued columns as JSON text) and folders written by
+Parquet, CSV or TSV (list-valued columns as JSON text) and folders written by
 ``datasets.Dataset.save_to_disk``.
 
 User turns become ``Prompt.turns``; the assistant turns already in the source are
@@ -399,8 +399,10 @@ def _iter_json(path: Path) -> Iterator[_Row]:
         if records is None:
             yield _Row(f"{path}:{lines.at(i)}", value)
         else:
-            for record in records:
-                yield _Row(f"{path}:{lines.at(i)}", record)
+            key = next(k for k, v in value.items() if v is records)
+            starts = _item_starts(text, _member_starts(text, i, decoder)[key], decoder)
+            for record, start in zip(records, starts):
+                yield _Row(f"{path}:{lines.at(start)}", record)
         return
     if not text.startswith("[", i):
         yield _Row(f"{path}:{lines.at(i)}", kind="bad_json", reason="expected a JSON list or object")
@@ -446,6 +448,35 @@ def _iter_json(path: Path) -> Iterator[_Row]:
             return
 
 
+def _member_starts(text: str, i: int, decoder: json.JSONDecoder) -> dict[str, int]:
+    """Return the offset of each member's value in the valid JSON object at ``text[i]``, by key."""
+    # A repeated key keeps its last offset, as json keeps its last value.
+    starts: dict[str, int] = {}
+    i = _skip_ws(text, i + 1)
+    while text[i] != "}":
+        key, i = decoder.raw_decode(text, i)
+        i = _skip_ws(text, _skip_ws(text, i) + 1)  # past the ':'
+        starts[key] = i
+        _, i = decoder.raw_decode(text, i)
+        i = _skip_ws(text, i)
+        if text[i] == ",":
+            i = _skip_ws(text, i + 1)
+    return starts
+
+
+def _item_starts(text: str, i: int, decoder: json.JSONDecoder) -> list[int]:
+    """Return the offset of each item of the valid JSON list at ``text[i]``, in order."""
+    starts: list[int] = []
+    i = _skip_ws(text, i + 1)
+    while text[i] != "]":
+        starts.append(i)
+        _, i = decoder.raw_decode(text, i)
+        i = _skip_ws(text, i)
+        if text[i] == ",":
+            i = _skip_ws(text, i + 1)
+    return starts
+
+
 def _records_of_object(value: dict[str, Any]) -> list[Any] | None:
     """Return the records of ``{"key": [records]}``, or None when the object is itself a record."""
     if detect_layout(value) is not None:
@@ -462,7 +493,7 @@ def _iter_csv(path: Path) -> Iterator[_Row]:
     # Conversations can be long: lift the csv module's 128 KiB cell limit.
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as fh:
-        reader = csv.DictReader(fh)
+        reader = csv.DictReader(fh, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
         start = 2
         try:
             for row in reader:
@@ -499,7 +530,13 @@ def _iter_hf_folder(path: Path) -> Iterator[_Row]:
         )
     import datasets
 
-    loaded = datasets.load_from_disk(str(path))
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError, OSError) as err:
+        raise IngestError(
+            f"{path}: not a loadable dataset folder ({err}); save it again with datasets' save_to_disk, "
+            "or give the data files inside it"
+        ) from None
     splits = loaded.items() if isinstance(loaded, datasets.DatasetDict) else [(None, loaded)]
     for split, ds in splits:
         label = f"{path}[{split}]" if split is not None else str(path)

@@ -10,6 +10,7 @@ dropped silently.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,21 @@ class BattleLogReport:
         return out
 
 
+def _first_bad_line(path: Path) -> str | None:
+    """Return ``path:line`` of the first line of a JSONL file that is not one JSON object, or None."""
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                value = json.loads(raw)
+            except ValueError:  # invalid JSON or not UTF-8
+                return f"{path}:{lineno}"
+            if not isinstance(value, dict):
+                return f"{path}:{lineno}"
+    return None
+
+
 def read_battle_log(path: str | Path) -> tuple[BattleTable, BattleLogReport]:
     """Return the rateable battles of the log at ``path`` and a report of the rest."""
     import pandas as pd
@@ -56,7 +72,10 @@ def read_battle_log(path: str | Path) -> tuple[BattleTable, BattleLogReport]:
         if suffix == ".parquet":
             frame = pd.read_parquet(p)
         elif suffix in (".jsonl", ".ndjson"):
-            frame = pd.read_json(p, lines=True, dtype=False)
+            try:
+                frame = pd.read_json(p, lines=True, dtype=False)
+            except ValueError as err:
+                raise ArenaError(f"cannot read battle log {_first_bad_line(p) or p}: {err}") from None
         elif suffix == ".json":
             try:
                 frame = pd.read_json(p, dtype=False)
@@ -77,6 +96,8 @@ def read_battle_log(path: str | Path) -> tuple[BattleTable, BattleLogReport]:
     n = len(frame)
     if n == 0:
         raise ArenaError(f"battle log {p} has no rows")
+    # Plain objects: a categorical column (Parquet) refuses fill values outside its categories.
+    frame = frame.astype({c: object for c in ("model_a", "model_b", "winner")})
     skipped: Counter[str] = Counter()
     # vectorised with pandas: public dumps have millions of rows
     win = frame["winner"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..errors import ArenaError
@@ -65,10 +66,20 @@ def read_board(
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as err:
         raise ArenaError(f"cannot read leaderboard {path}: {err}") from None
     explicit = any(c is not None for c in (model_col, score_col, lower_col, upper_col))
-    return _from_frame(frame, str(path), explicit, model_col, score_col, lower_col, upper_col)
+    where = partial(_row_location, str(path), suffix)
+    return _from_frame(frame, str(path), explicit, model_col, score_col, lower_col, upper_col, where)
 
 
-def _from_frame(frame, source: str, explicit: bool, model_col, score_col, lower_col, upper_col) -> Board:  # noqa: ANN001
+def _row_location(source: str, suffix: str, n: int) -> str:
+    """Return where the ``n``-th row (from 1) of a board file is: ``file:line``, or ``file: record n`` for JSON."""
+    if suffix == ".json":
+        return f"{source}: record {n}"
+    # A CSV's first line is its header; a JSONL file has none.
+    return f"{source}:{n if suffix in ('.jsonl', '.ndjson') else n + 1}"
+
+
+def _from_frame(frame, source: str, explicit: bool, model_col, score_col, lower_col, upper_col, where) -> Board:  # noqa: ANN001
+    """Return the board of ``frame``; ``where(n)`` locates its n-th row (from 1) in the file."""
     cols = [str(c) for c in frame.columns]
     frame.columns = cols
     half_width = None
@@ -99,38 +110,39 @@ def _from_frame(frame, source: str, explicit: bool, model_col, score_col, lower_
                 "name the columns with --model-col, --score-col, --lower-col, --upper-col"
             )
     entries: list[Rating] = []
-    for line, row in enumerate(frame.to_dict("records"), start=2):
+    for n, row in enumerate(frame.to_dict("records"), start=1):
+        at = where(n)
         model = row[model_col]
         if model is None or (isinstance(model, float) and math.isnan(model)) or str(model).strip() == "":
-            raise ArenaError(f"{source}:{line}: the model name is empty")
-        score = _number(row[score_col], source, line, score_col)
+            raise ArenaError(f"{at}: the model name is empty")
+        score = _number(row[score_col], at, score_col)
         if score is None:
-            raise ArenaError(f"{source}:{line}: model {model!r} has no {score_col}")
+            raise ArenaError(f"{at}: model {model!r} has no {score_col}")
         lo = hi = None
         if half_width is not None:
-            se = _number(row[half_width], source, line, half_width)
+            se = _number(row[half_width], at, half_width)
             if se is not None:
                 lo, hi = score - Z95 * se, score + Z95 * se
         else:
-            lo = _number(row[lower_col], source, line, lower_col) if lower_col else None
-            hi = _number(row[upper_col], source, line, upper_col) if upper_col else None
+            lo = _number(row[lower_col], at, lower_col) if lower_col else None
+            hi = _number(row[upper_col], at, upper_col) if upper_col else None
         if (lo is None) != (hi is None):
             lo = hi = None  # half an interval is no interval
         if lo is not None and hi is not None and lo > hi:
-            raise ArenaError(f"{source}:{line}: model {model!r} has lower bound {lo} above upper bound {hi}")
+            raise ArenaError(f"{at}: model {model!r} has lower bound {lo} above upper bound {hi}")
         entries.append(Rating(model=str(model), rating=score, ci_low=lo, ci_high=hi))
     if not entries:
         raise ArenaError(f"leaderboard {source} has no rows")
     return Board(source, layout, entries)
 
 
-def _number(value: object, source: str, line: int, column: str) -> float | None:
+def _number(value: object, at: str, column: str) -> float | None:
     if value is None:
         return None
     try:
         x = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ArenaError(f"{source}:{line}: column {column!r} holds {value!r}, not a number") from None
+        raise ArenaError(f"{at}: column {column!r} holds {value!r}, not a number") from None
     return None if math.isnan(x) else x
 
 

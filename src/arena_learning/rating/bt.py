@@ -93,8 +93,8 @@ class BTResult:
                 Rating(
                     model=self.models[k],
                     rating=float(self.ratings[k]),
-                    ci_low=None if self.ci_low is None else float(self.ci_low[k]),
-                    ci_high=None if self.ci_high is None else float(self.ci_high[k]),
+                    ci_low=_finite_or_none(self.ci_low, k),
+                    ci_high=_finite_or_none(self.ci_high, k),
                     rank=int(self.rank[k]),
                     rank_ci=None if self.rank_ci is None else int(self.rank_ci[k]),
                     wins=int(self.wins[k]),
@@ -104,6 +104,13 @@ class BTResult:
                 )
             )
         return out
+
+
+def _finite_or_none(values: np.ndarray | None, k: int) -> float | None:
+    """Return ``values[k]`` as a float, or None when there are no values or it is NaN/inf (no interval)."""
+    if values is None or not np.isfinite(values[k]):
+        return None
+    return float(values[k])
 
 
 # --------------------------------------------------------------------------- public API
@@ -262,7 +269,18 @@ def rate(
             notes.append(msg)
             warnings.warn(msg, RatingWarning, stacklevel=2)
         alpha = (1.0 - ci) / 2.0
-        lo, median, hi = np.nanquantile(boot, [alpha, 0.5, 1.0 - alpha], axis=0)
+        with warnings.catch_warnings():
+            # a model absent from every round has an all-NaN column: warned below, by name
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lo, median, hi = np.nanquantile(boot, [alpha, 0.5, 1.0 - alpha], axis=0)
+        no_interval = [models[j] for j in np.flatnonzero(~(np.isfinite(lo) & np.isfinite(hi)))]
+        if no_interval:
+            msg = (
+                f"{', '.join(no_interval)}: no battle in any of the {bootstrap} bootstrap rounds, so no interval "
+                "(too few battles or prompts for this model; use more rounds or --resample battle)"
+            )
+            notes.append(msg)
+            warnings.warn(msg, RatingWarning, stacklevel=2)
         rank_ci = 1 + (lo[None, :] > hi[:, None]).sum(axis=1)
 
     rank = ranks(point)

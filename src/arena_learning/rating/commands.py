@@ -34,7 +34,9 @@ COMPARE_HELP = (
     "Compare leaderboard BOARD_A with the reference leaderboard BOARD_B over the models on both.\n\n"
     "Prints Spearman and Kendall correlation, agreement with 95% CI, separability with 95% CI, the pair-rank "
     "Brier score and WizardArena's average consistency. Known CSV layouts (arena-hard, AlpacaEval, "
-    "`arena ratings --csv`) are recognised by their columns; a directory is read as an arena workspace."
+    "`arena ratings --csv`) are recognised by their columns; a directory is read as an arena workspace. "
+    "The --model-col, --score-col, --lower-col and --upper-col options name the columns of the reference "
+    "BOARD_B only; BOARD_A's layout is always recognised by its columns."
 )
 
 
@@ -105,10 +107,10 @@ def ratings_command(
 def compare_command(
     board_a: Annotated[str, typer.Argument(help="The leaderboard to check: a CSV/JSON file or an arena workspace directory.")],
     board_b: Annotated[str, typer.Argument(help="The reference leaderboard (e.g. human Chatbot Arena, arena-hard, AlpacaEval CSV).")],
-    model_col: Annotated[Optional[str], typer.Option(help="Model-name column of the CSV files (default: guessed, else 'model').")] = None,
-    score_col: Annotated[Optional[str], typer.Option(help="Score column, higher is better (default: guessed, else 'score').")] = None,
-    lower_col: Annotated[Optional[str], typer.Option(help="Lower bound of the 95% interval (default: guessed, else 'lower').")] = None,
-    upper_col: Annotated[Optional[str], typer.Option(help="Upper bound of the 95% interval (default: guessed, else 'upper').")] = None,
+    model_col: Annotated[Optional[str], typer.Option(help="Model-name column of BOARD_B (default: guessed, else 'model'); BOARD_A is always guessed.")] = None,
+    score_col: Annotated[Optional[str], typer.Option(help="Score column of BOARD_B, higher is better (default: guessed, else 'score').")] = None,
+    lower_col: Annotated[Optional[str], typer.Option(help="Lower bound of BOARD_B's 95% interval (default: guessed, else 'lower').")] = None,
+    upper_col: Annotated[Optional[str], typer.Option(help="Upper bound of BOARD_B's 95% interval (default: guessed, else 'upper').")] = None,
     match: Annotated[str, typer.Option(help="Model-name matching: 'loose' (case, '_' vs '-' ignored) or 'exact'.")] = "loose",
     as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
@@ -117,9 +119,9 @@ def compare_command(
     from .consistency import compare_boards
 
     with _user_errors():
-        cols = dict(model_col=model_col, score_col=score_col, lower_col=lower_col, upper_col=upper_col)
-        a = read_board(board_a, **cols)
-        b = read_board(board_b, **cols)
+        # The column options describe the reference, usually a foreign CSV; BOARD_A is most often our own export.
+        a = read_board(board_a)
+        b = read_board(board_b, model_col=model_col, score_col=score_col, lower_col=lower_col, upper_col=upper_col)
         result = compare_boards(a.entries, b.entries, match=match)
         if result.n_models < 2:
             raise ArenaError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,14 @@ LEADERBOARD_FIELDS = ("model", "rating", "ci_low", "ci_high", "rank", "rank_ci",
 def ratings_to_json(ratings: Sequence[Rating]) -> list[dict[str, Any]]:
     """Return one dict per rating with the ``LEADERBOARD_FIELDS`` keys, in the given order.
 
-    Values are plain JSON types; an interval is null when there was no bootstrap.
+    Values are plain JSON types; an interval is null when there was no bootstrap, and any
+    NaN or infinite number is null too (JSON has neither).
     """
-    return [{name: getattr(r, name) for name in LEADERBOARD_FIELDS} for r in ratings]
+    return [{name: _json_value(getattr(r, name)) for name in LEADERBOARD_FIELDS} for r in ratings]
+
+
+def _json_value(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def write_leaderboard_csv(ratings: Sequence[Rating], path: str | Path) -> Path:
