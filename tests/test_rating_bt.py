@@ -423,5 +423,6 @@ def test_a_model_absent_from_every_bootstrap_round_has_no_interval_and_is_named(
     assert np.isnan(result.boot[:, result.models.index("rare")]).all()
     board = {r.model: r for r in result.to_ratings()}
     assert board["rare"].ci_low is None and board["rare"].ci_high is None
+    assert board["rare"].rank_ci is None and board["a"].rank_ci is not None
     assert all(math.isfinite(board[m].ci_low) and math.isfinite(board[m].ci_high) for m in ("a", "b"))
     assert any("rare: no battle" in note for note in result.warnings)

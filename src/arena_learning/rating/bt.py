@@ -96,7 +96,9 @@ class BTResult:
                     ci_low=_finite_or_none(self.ci_low, k),
                     ci_high=_finite_or_none(self.ci_high, k),
                     rank=int(self.rank[k]),
-                    rank_ci=None if self.rank_ci is None else int(self.rank_ci[k]),
+                    # No interval, no rank interval: comparisons with NaN would say "first".
+                    rank_ci=None if self.rank_ci is None or _finite_or_none(self.ci_high, k) is None
+                    else int(self.rank_ci[k]),
                     wins=int(self.wins[k]),
                     losses=int(self.losses[k]),
                     ties=int(self.ties[k]),
