@@ -92,8 +92,9 @@ def stage_answer(cfg: RunConfig, store: Store, *, show_progress: bool = True,
         for spec in cfg.models:
             if spec.engine == "imported":
                 have = {a.prompt_id for a in store.get_answers(spec.name)}
-                report.incomplete[spec.name] = sum(1 for p in prompts if p.id not in have)
-                report.stats[spec.name] = CallStats(cached=len(have))
+                missing = sum(1 for p in prompts if p.id not in have)
+                report.incomplete[spec.name] = missing
+                report.stats[spec.name] = CallStats(cached=len(prompts) - missing)
                 continue
             engine = build_engine(spec)
             result = await answer_prompts(store, spec.name, engine, prompts, progress=progress)
