@@ -93,6 +93,7 @@ def test_run_prints_a_leaderboard_as_json(finished_run):
     assert sum(r["wins"] for r in board) == sum(r["losses"] for r in board)
     assert [r["rating"] for r in board] == sorted((r["rating"] for r in board), reverse=True)
     assert (ws / "config.resolved.yaml").is_file()
+    assert "<h2>Leaderboard</h2>" in (ws / "report.html").read_text()
     # The leaderboard command reads the same workspace and agrees.
     again = json.loads(arena("leaderboard", ws, "--json").stdout)
     assert again == board

@@ -94,6 +94,9 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None,
         print_call_stats(report, store)
         print_battle_report(cfg, pipeline.stage_battle(cfg, store, prompts=prompts), store)
         ratings = pipeline.stage_ratings(cfg, store)
+    from .report.html import write_report
+
+    err_console.print(f"report: {write_report(store.root)}")
     _emit_board(ratings, json_out)
 
 
@@ -259,6 +262,19 @@ def winrates(
             row.append(f"{100 * vs[r.model]:.1f}%")
         side.add_row(*row)
     console.print(side)
+
+
+@app.command()
+@user_errors
+def report(
+    workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file to write (default: WORKSPACE/report.html)")] = None,
+) -> None:
+    """Write the HTML report: leaderboard with CIs, style control, win matrix, judge audit, tokens and cost."""
+    from .report.html import write_report
+
+    path = write_report(workspace, out)
+    err_console.print(f"report written to {path}")
 
 
 def _style_board(workspace: Path, json_out: bool) -> None:
