@@ -14,6 +14,14 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 ARENA = [sys.executable, "-m", "arena_learning"]
 
 
+def shared(*parts: str) -> Path:
+    """Return a path in ../shared/data, or skip the test with a message when it is absent."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared test data not found at {path} (tests read ../shared/data beside the repository)")
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,14 +23,8 @@ from arena_learning.curate.settings import CleanSettings, ModerationSettings
 from arena_learning.errors import ConfigError
 from arena_learning.records import Prompt
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from .conftest import shared
 
-
-def shared(*parts: str) -> Path:
-    path = DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"shared test data not found at {path} (tests read ../shared/data beside the repository)")
-    return path
 
 
 def P(id: str, *turns: str) -> Prompt:

@@ -15,14 +15,8 @@ from arena_learning.curate.ingest import IngestError, detect_layout, ingest, tur
 from arena_learning.curate.settings import SourceSpec
 from arena_learning.store import Store
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from .conftest import shared
 
-
-def shared(*parts: str) -> Path:
-    path = DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"shared test data not found at {path} (tests read ../shared/data beside the repository)")
-    return path
 
 
 def cli() -> typer.Typer:

@@ -19,14 +19,8 @@ from arena_learning.errors import ArenaError
 from arena_learning.records import Prompt
 from arena_learning.store import Store
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from .conftest import shared
 
-
-def shared(*parts: str) -> Path:
-    path = DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"shared test data not found at {path} (tests read ../shared/data beside the repository)")
-    return path
 
 
 def P(id: str, *turns: str, **kw) -> Prompt:
