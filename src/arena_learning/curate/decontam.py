@@ -16,8 +16,6 @@ Two tests, either one drops a pool item:
 
 from __future__ import annotations
 
-import re
-import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -33,10 +31,9 @@ from .dedupe import (
     signatures,
     similarity,
     window_hashes,
+    word_units,
+    words,
 )
-
-_WORD = re.compile(r"\w+")
-
 
 def _units(prompts: Sequence[Prompt], min_later_words: int = 0) -> tuple[list[str], np.ndarray]:
     """Return the texts compared (each conversation, and each turn of a multi-turn one) and their owner rows.
@@ -51,7 +48,7 @@ def _units(prompts: Sequence[Prompt], min_later_words: int = 0) -> tuple[list[st
         if len(p.turns) > 1:
             for k, t in enumerate(p.turns):
                 text = normalize(t)
-                if k > 0 and len(_WORD.findall(text)) < min_later_words:
+                if k > 0 and len(words(text)) < min_later_words:
                     continue
                 texts.append(text)
                 owners.append(i)
@@ -60,10 +57,9 @@ def _units(prompts: Sequence[Prompt], min_later_words: int = 0) -> tuple[list[st
 
 def ngram_hashes(text: str, n: int) -> np.ndarray:
     """Return 64-bit hashes of the word ``n``-grams of normalized ``text``; uint64 (G,), empty below n words."""
-    words = _WORD.findall(normalize(text))
-    if len(words) < n:
+    units = word_units(normalize(text))
+    if len(units) < n:
         return np.zeros(0, dtype=np.uint64)
-    units = np.fromiter((zlib.crc32(w.encode("utf-8")) for w in words), dtype=np.uint64, count=len(words))
     return window_hashes(units, n)
 
 

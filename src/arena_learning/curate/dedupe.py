@@ -102,8 +102,14 @@ def window_hashes(units: np.ndarray, n: int) -> np.ndarray:
         return _fmix64((windows * _powers(n)).sum(axis=1, dtype=np.uint64) + np.uint64(n))
 
 
-def _word_units(text: str) -> np.ndarray:
-    return np.fromiter((zlib.crc32(w.encode("utf-8")) for w in _WORD.findall(text)), dtype=np.uint64)
+def words(text: str) -> list[str]:
+    """Return the words of ``text`` (the units of word shingles and n-grams)."""
+    return _WORD.findall(text)
+
+
+def word_units(text: str) -> np.ndarray:
+    """Return the crc32 of each word of ``text``; uint64 (W,)."""
+    return np.fromiter((zlib.crc32(w.encode("utf-8")) for w in words(text)), dtype=np.uint64)
 
 
 def shingle_hashes(text: str, shingle: Shingle = "char", ngram: int = 5) -> np.ndarray:
@@ -111,7 +117,7 @@ def shingle_hashes(text: str, shingle: Shingle = "char", ngram: int = 5) -> np.n
     if shingle == "char":
         units = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     else:
-        units = _word_units(text)
+        units = word_units(text)
     h = window_hashes(units, ngram).astype(np.uint32)
     return np.unique(h)
 

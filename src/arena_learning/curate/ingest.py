@@ -436,14 +436,7 @@ def _iter_json(path: Path) -> Iterator[_Row]:
             i += 1
         elif i < len(text) and text[i] == "]":
             return
-        elif i >= len(text):
-            yield _Row(
-                f"{path}:{lines.at(i)}",
-                kind="bad_json",
-                reason="the file ends inside the top-level list (truncated?); records before this line were read",
-            )
-            return
-        else:
+        elif i < len(text):
             yield _Row(f"{path}:{lines.at(i)}", kind="bad_json", reason="expected ',' or ']' after a record")
             return
 
