@@ -4,11 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast bench clean llama
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile src/arena_learning/engines/llama_build.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	# llama.cpp built for any x86-64 CPU (AVX2), not -march=native: built once (5-7 min), kept in
+	# ~/.cache/arena-learning/wheels, never taken from pip's cache (see engines/llama_build.py)
+	$(PY) src/arena_learning/engines/llama_build.py
 	# torch is pinned to the CPU build that lies on disk (see pyproject.toml)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
@@ -24,6 +27,11 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# rebuild the portable llama.cpp library (after `arena doctor` reports a crash, or a compiler change)
+llama:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) src/arena_learning/engines/llama_build.py --rebuild
 
 clean:
 	rm -rf $(VENV) workspaces .pytest_cache

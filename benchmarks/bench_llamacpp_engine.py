@@ -29,9 +29,9 @@ def main() -> None:
 
     from llama_cpp import Llama
 
-    from arena_learning.arena.calls import run_requests
+    from arena_learning.engines.calls import run_requests
     from arena_learning.config import ModelSpec
-    from arena_learning.curate.tasks import generate_tasks
+    from arena_learning.tasks import generate_tasks
     from arena_learning.engines import build_engine
     from arena_learning.engines.base import Request, render_completion_prompt
     from arena_learning.engines.bundled import bundled_model_path

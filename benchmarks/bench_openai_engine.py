@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     args = ap.parse_args()
 
-    from arena_learning.arena.calls import CallStats, run_requests
+    from arena_learning.engines.calls import CallStats, run_requests
     from arena_learning.config import ModelSpec
     from arena_learning.engines import build_engine
     from arena_learning.engines.base import Request

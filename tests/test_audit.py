@@ -19,7 +19,7 @@ from arena_learning.arena.audit import (
     read_human_labels,
     wilson_interval,
 )
-from arena_learning.arena.audit_commands import register
+from arena_learning.cli.audit import register
 from arena_learning.errors import ArenaError
 from arena_learning.records import Answer, Battle, Judgment
 from arena_learning.store import Store

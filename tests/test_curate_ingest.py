@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from arena_learning.curate.commands import register
+from arena_learning.cli.curate import register
 from arena_learning.curate.ingest import IngestError, detect_layout, ingest, turns_hash
 from arena_learning.curate.settings import SourceSpec
 from arena_learning.store import Store

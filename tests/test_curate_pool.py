@@ -11,7 +11,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from arena_learning.curate.commands import register
+from arena_learning.cli.curate import register
 from arena_learning.curate.decontam import decontaminate
 from arena_learning.curate.ingest import ingest
 from arena_learning.curate.slices import cut_slices, slice_sizes, stratified_order
@@ -235,7 +235,7 @@ def test_pool_build_counts_skipped_test_inputs_and_saves_the_workspace_it_used(t
 
 @pytest.mark.parametrize("stage", ["pool", "testset"])
 def test_a_failed_build_closes_its_workspace(tmp_path, monkeypatch, stage):
-    from arena_learning.curate import commands
+    from arena_learning.curate import runs as commands
     from arena_learning.curate.settings import PoolConfig, TestsetConfig
 
     opened: list[Store] = []

@@ -12,7 +12,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from arena_learning.curate.commands import register
+from arena_learning.cli.curate import register
 from arena_learning.curate.embed import embed_prompts, embed_texts, load_embedder, resolve_model_path
 from arena_learning.curate.filters import clean
 from arena_learning.curate.ingest import ingest

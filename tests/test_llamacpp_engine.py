@@ -53,3 +53,17 @@ def test_a_prompt_longer_than_the_context_fails_without_retry():
     engine = build_engine(ModelSpec(name="t", engine="llamacpp", mode="completion", n_ctx=64, n_threads=2))
     with pytest.raises(RequestTooLarge, match="n_ctx"):
         ask(engine, "word " * 200)
+
+
+def test_a_seeded_sample_repeats_whatever_the_cache_holds():
+    # Seen on a machine with another CPU: the same seeded request gave another text when the
+    # model's cache held the same prompt (only the last token was re-evaluated).
+    engine = build_engine(ModelSpec(name="r", engine="llamacpp", mode="completion", n_threads=2,
+                                    params={"max_tokens": 12}))
+    prompts = ["Write a word:", "Write a word: hello", "Name a colour:"]
+    for seed in (1, 7):
+        first = ask(engine, prompts[0], temperature=1.0, seed=seed).text
+        for other in prompts:  # a different cache state before each repeat
+            ask(engine, other, temperature=0.0)
+            assert ask(engine, prompts[0], temperature=1.0, seed=seed).text == first
+        assert ask(engine, prompts[0], temperature=1.0, seed=seed).text == first  # cache = this very prompt

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from arena_learning.arena.calls import CallStats, run_requests
+from arena_learning.engines.calls import CallStats, run_requests
 from arena_learning.config import ModelSpec
 from arena_learning.engines import build_engine
 from arena_learning.engines.base import Request

@@ -15,7 +15,8 @@ from arena_learning.errors import ArenaError
 from arena_learning.rating.battlelog import read_battle_log
 from arena_learning.rating.boards import read_board
 from arena_learning.rating.bt import leaderboard
-from arena_learning.rating.commands import ratings_to_json, register, write_leaderboard_csv
+from arena_learning.cli.rating import register
+from arena_learning.rating.export import ratings_to_json, write_leaderboard_csv
 from arena_learning.rating.export import LEADERBOARD_FIELDS
 from arena_learning.records import Battle
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from arena_learning.errors import ArenaError
 from arena_learning.rating.boards import Z95, read_board
-from arena_learning.rating.commands import register
+from arena_learning.cli.rating import register
 from arena_learning.rating.consistency import compare_boards, loose_name, separability
 from arena_learning.records import Rating
 

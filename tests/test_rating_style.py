@@ -147,3 +147,40 @@ def test_normalised_difference_is_zero_when_both_are_zero_and_rejects_bad_input(
     table, fa, fb, _ = biased_arena(np.random.default_rng(3), n=500)
     with pytest.raises(ArenaError, match="davidson"):
         rate_style(table, fa, fb, feature_names=["length", "bold"], ties="davidson")
+
+
+def test_features_constant_in_a_resample_do_not_make_the_bootstrap_singular():
+    # Seen on a machine whose answers never had headers or bold: two features that differ in
+    # one battle only are constant (collinear) in most bootstrap resamples. Every round must fit.
+    rng = np.random.default_rng(3)
+    n, k = 600, 3
+    a = rng.integers(0, k, n)
+    b = (a + rng.integers(1, k, n)) % k
+    outcome = rng.choice([A_WINS, B_WINS, TIE], n, p=[0.3, 0.2, 0.5]).astype(np.int8)
+    names = np.array(["x", "y", "z"], dtype=object)
+    table = BattleTable.from_arrays(names[a], names[b], outcome, np.arange(n))
+    fa = np.zeros((n, 4))
+    fb = np.zeros((n, 4))
+    fa[:, 0] = rng.poisson(30, n) + 1
+    fb[:, 0] = rng.poisson(30, n) + 1
+    fa[0, 1] = 2.0  # headers: once
+    fb[1, 3] = 1.0  # bold: once
+    result = rate_style(table, fa, fb, bootstrap=60, seed=0)
+    assert np.isfinite(result.controlled.ci_low).all() and np.isfinite(result.controlled.ci_high).all()
+    assert not any("did not converge" in w for w in result.warnings)
+
+
+def test_the_ridge_moves_identifiable_coefficients_negligibly():
+    table, fa, fb, _ = biased_arena(np.random.default_rng(4), n=3000)
+    got = rate_style(table, fa, fb, feature_names=["length", "bold"], bootstrap=0)
+    assert got.coefficients[0] > 0.1  # the length bias is found, not shrunk away
+    from arena_learning.rating import style as style_mod
+
+    rows = style_mod._Rows.build(table, (normalised_difference(fa, fb) - normalised_difference(fa, fb).mean(0))
+                                 / normalised_difference(fa, fb).std(0), "half")
+    w = rows.base_weight[None, :]
+    present = rows.present(w)
+    _, beta0, ok0 = style_mod._fit_contextual(rows, w, present, np.zeros(1), ridge=0.0)
+    _, beta1, ok1 = style_mod._fit_contextual(rows, w, present, np.zeros(1), ridge=1e-9)
+    assert ok0.all() and ok1.all()
+    assert np.allclose(beta0, beta1, rtol=1e-6, atol=1e-10)

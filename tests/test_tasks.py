@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from arena_learning.curate.tasks import CATEGORIES, check, check_list, check_numeric, check_text, check_exact, generate_tasks
+from arena_learning.tasks import CATEGORIES, check, check_list, check_numeric, check_text, check_exact, generate_tasks
 from arena_learning.records import Prompt
 
 

@@ -157,6 +157,10 @@ class ModelSpec(Section):
     # openai-compatible
     base_url: str | list[str] | None = None
     api_key_env: str | None = Field(None, description="name of the environment variable that holds the API key")
+    revision: str | None = Field(
+        None, description="the served weights' version (e.g. a checkpoint hash); it enters the ledger key, so "
+        "changing it asks the endpoint again instead of reusing answers of the old weights"
+    )
     concurrency: int = Field(16, ge=1, description="requests in flight per endpoint")
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(6, ge=0)

@@ -15,11 +15,11 @@ import yaml
 
 from .arena.answers import answer_prompts
 from .arena.battles import combine_games, plan_battles
-from .arena.calls import CallStats, make_progress
+from .engines.calls import CallStats, make_progress
 from .arena.judges import PairTask, VerifierJudge
 from .arena.schedule import AdaptiveScheduler, run_schedule, schedule_pairs
 from .config import RunConfig, validate_config
-from .curate.tasks import generate_tasks
+from .tasks import generate_tasks
 from .engines import build_engine
 from .errors import ArenaError
 from .records import Battle, Judgment, Prompt, Rating

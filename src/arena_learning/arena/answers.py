@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..engines.base import Engine, Request
 from ..records import Answer, Prompt
 from ..store import Store
-from .calls import CallStats, arun_requests
+from ..engines.calls import CallStats, arun_requests
 
 
 @dataclass

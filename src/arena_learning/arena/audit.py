@@ -558,3 +558,68 @@ def _label(row: Mapping[str, Any], where: str) -> tuple[HumanLabel | None, str]:
     if values["model_a"] == values["model_b"]:
         return None, f"model_a and model_b are both {values['model_a']!r}"
     return HumanLabel(values[prompt_col], values["model_a"], values["model_b"], winner, where), ""
+
+
+@dataclass
+class WorkspaceAudit:
+    """Everything ``judge-audit`` shows: one audit per judge and the agreements asked for."""
+
+    workspace: str
+    audits: list[JudgeAudit]
+    judge_agreement: list[Agreement] = field(default_factory=list)
+    human_agreement: list[Agreement] = field(default_factory=list)
+    human_labels: HumanLabels | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workspace": self.workspace,
+            "judges": [a.to_dict() for a in self.audits],
+            "judge_agreement": [a.to_dict() for a in self.judge_agreement],
+            "human_agreement": [a.to_dict() for a in self.human_agreement],
+            "human_labels": None if self.human_labels is None else self.human_labels.to_dict(),
+        }
+
+
+def audit_workspace(
+    workspace: str | Path,
+    *,
+    judge: str | None = None,
+    compare_judge: str | None = None,
+    human: str | Path | None = None,
+) -> WorkspaceAudit:
+    """Return the audit of ``judge`` (default: every judge but ``compare_judge``) in a workspace.
+
+    Agreements use the judges' own verdicts (the majority over both orders shown), so two
+    judges are compared the same way whatever their battles were combined from.
+    """
+    from ..store import Store
+
+    root = Path(workspace)
+    if not (root / "arena.db").is_file():
+        raise ArenaError(f"{root} is not a workspace (no arena.db): give the directory a run wrote to")
+    with Store(root) as store:
+        judgments = store.get_judgments()
+        answers = store.get_answers()
+    if not judgments:
+        raise ArenaError(f"{root} has no judgments yet: run `arena battle` (or `arena run`) first")
+    by_judge: dict[str, list] = {}
+    for j in judgments:
+        by_judge.setdefault(j.judge, []).append(j)
+    for name, what in ((judge, "--judge"), (compare_judge, "--compare-judge")):
+        if name is not None and name not in by_judge:
+            raise ArenaError(
+                f"{root} has no judgments by {name!r} ({what}); its judges are: {', '.join(sorted(by_judge))}"
+            )
+    if judge is not None and judge == compare_judge:
+        raise ArenaError(f"--judge and --compare-judge are both {judge!r}: compare two different judges")
+    names = [judge] if judge is not None else [n for n in by_judge if n != compare_judge]
+    if not names:
+        raise ArenaError(f"{root} has judgments by {compare_judge!r} only: there is no other judge to compare it with")
+    labels = read_human_labels(human) if human is not None else None
+    result = WorkspaceAudit(str(root), [audit_judge(by_judge[n], answers) for n in names], human_labels=labels)
+    for n in names:
+        if compare_judge is not None:
+            result.judge_agreement.append(judge_agreement(by_judge[n], by_judge[compare_judge]))
+        if labels is not None:
+            result.human_agreement.append(human_agreement(by_judge[n], labels.labels))
+    return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..curate.tasks import check_turns
+from ..tasks import check_turns
 from ..records import Answer, Judgment, Outcome, Prompt
 
 

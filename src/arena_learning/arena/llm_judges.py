@@ -34,7 +34,7 @@ from ..engines.base import Engine, Request
 from ..errors import ConfigError
 from ..records import Answer, Judgment, Prompt
 from ..store import Store
-from .calls import CallStats, arun_requests
+from ..engines.calls import CallStats, arun_requests
 from .fence import fence, fence_id, injection_flags
 from .judges import PairTask, verdict
 from .parse import ParseError, parse_verdict

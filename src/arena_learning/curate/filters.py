@@ -277,7 +277,7 @@ def judge_moderator(store: Store, settings: ModerationSettings, label: str = "mo
 
     With ``settings.constrain`` the engine is asked to enforce :data:`MODERATION_SCHEMA`.
     """
-    from ..arena.calls import run_requests
+    from ..engines.calls import run_requests
     from ..engines import build_engine
     from ..engines.base import Request
 

@@ -321,7 +321,7 @@ def judge_difficulty_scorer(
     262k-token vocabulary the grammar doubled llama.cpp's time per call, and not every
     OpenAI-compatible server accepts ``json_schema``; the tolerant parser copes without.
     """
-    from ..arena.calls import run_requests
+    from ..engines.calls import run_requests
     from ..engines import build_engine
     from ..engines.base import Request
 

@@ -2,7 +2,7 @@
 
 An engine turns a :class:`Request` into a :class:`Completion`. Engines own
 concurrency (how many requests are in flight, retries); stages never do. Every
-call goes through the ledger (``arena.calls``), never to an engine directly.
+call goes through the ledger (``engines.calls``), never to an engine directly.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ class Engine(abc.ABC):
 
     @property
     def model_id(self) -> str:
-        return self.spec.model
+        """The model's identity in the ledger: its id, and the user-set revision of its weights if any."""
+        return f"{self.spec.model}@{self.spec.revision}" if self.spec.revision else self.spec.model
 
     @property
     def concurrency(self) -> int:

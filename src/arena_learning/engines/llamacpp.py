@@ -21,6 +21,8 @@ from ..config import ModelSpec
 from ..errors import EngineError
 from .base import CallFailed, Completion, RequestTooLarge, Engine, Request, completion_stops, render_completion_prompt
 from .bundled import resolve_model_path
+from .identity import content_identity
+from .llama_check import check_llama
 
 _MODELS: dict[tuple[Any, ...], tuple[Any, threading.Lock]] = {}
 # Every llama.cpp call runs on this one thread. ggml's OpenMP keeps a thread team per calling
@@ -47,6 +49,8 @@ def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
     key = (str(path), spec.n_ctx, n_threads, spec.chat_format, spec.chat_template)
     with _MODELS_LOCK:
         if key not in _MODELS:
+            # A library built for another CPU would kill this process at its first token: probe it in a child first.
+            check_llama()
             try:
                 from llama_cpp import Llama
             except ImportError as err:  # pragma: no cover - it is a dependency
@@ -84,6 +88,7 @@ class LlamaCppEngine(Engine):
     def __init__(self, spec: ModelSpec):
         super().__init__(spec)
         self.llm, self.lock = load_llama(spec)
+        self._model_id: str | None = None
 
     @property
     def in_flight(self) -> int:
@@ -93,8 +98,12 @@ class LlamaCppEngine(Engine):
 
     @property
     def model_id(self) -> str:
-        # The ledger keys on the file name, not the path, so a moved cache keeps its calls.
-        return os.path.basename(str(resolve_model_path(self.spec.model)))
+        # The file's name (for people) and a hash of its bytes: another file under the same name, or
+        # a file rebuilt in place, is another model; a moved file keeps its calls.
+        if self._model_id is None:
+            path = resolve_model_path(self.spec.model)
+            self._model_id = f"{path.name}@{content_identity(path)[:23]}"
+        return self._model_id
 
     async def complete(self, request: Request) -> Completion:
         return await asyncio.get_running_loop().run_in_executor(_WORKER, self.complete_sync, request)
@@ -112,6 +121,13 @@ class LlamaCppEngine(Engine):
         start = time.perf_counter()
         try:
             with self.lock:
+                if params["temperature"] > 0:
+                    # A seeded sample must repeat whatever this Llama evaluated before. Reusing a cached
+                    # prompt prefix re-evaluates only the rest (or the last token alone), and logits from a
+                    # batch of one differ from a full batch in the last bits; at temperature > 0 a draw near
+                    # a boundary then picks another token. Start from an empty cache: the whole prompt is
+                    # evaluated the same way every time. Greedy calls keep the prefix cache (faster).
+                    self.llm.reset()
                 if request.messages is not None and self.spec.mode == "chat":
                     fmt = {"type": "json_object", "schema": schema} if schema is not None else None
                     out = self.llm.create_chat_completion(

@@ -7,7 +7,8 @@ The metrics of the Arena-Hard paper (Li et al., 2024) and of WizardArena (Arena 
 * Spearman and Kendall (tau-b) correlation of the scores over the models on both boards.
 * Agreement with 95% CI: over the pairs the *reference* orders confidently (intervals do
   not overlap), +1 when the candidate orders them the same way confidently, -1 when it
-  orders them the other way confidently, 0 when the candidate's intervals overlap; averaged.
+  orders them the other way confidently, 0 when it does not separate them (its intervals
+  overlap, or it has no interval for one of the two models); averaged.
 * Separability with 95% CI: the share of model pairs whose intervals do not overlap.
 * Pair-rank Brier score: over the pairs the reference orders confidently, the squared error
   of the candidate's probability that the reference's better model is better, taken from
@@ -17,7 +18,12 @@ The metrics of the Arena-Hard paper (Li et al., 2024) and of WizardArena (Arena 
   separability.
 
 Two intervals "overlap" unless one lies strictly above the other. A model without an
-interval has none to overlap with: its pairs are left out of the CI metrics (and counted).
+interval separates from nobody. The reference decides which pairs are judged: a pair the
+reference cannot separate (no interval, or overlapping ones) is left out of the agreement.
+The candidate is judged on every such pair: one it cannot separate because it lacks an
+interval scores 0, exactly like one whose intervals overlap, so a candidate cannot raise its
+agreement by withholding intervals. Separability is a property of one board and is taken
+over the models that have an interval.
 """
 
 from __future__ import annotations
@@ -97,17 +103,24 @@ def separability(lo: np.ndarray, hi: np.ndarray) -> float | None:
 def agreement_with_ci(
     cand_lo: np.ndarray, cand_hi: np.ndarray, ref_lo: np.ndarray, ref_hi: np.ndarray
 ) -> tuple[float | None, int]:
-    """Return (agreement, number of pairs the reference separates); arrays float (K,) aligned by model."""
+    """Return (agreement, number of pairs the reference separates); arrays float (K,) aligned by model.
+
+    The agreement (Arena-Hard's and WizardArena's "agreement with 95% CI") is the mean,
+    over every pair the reference separates confidently, of +1 when the candidate separates
+    it confidently in the same direction, -1 when it separates it confidently the other
+    way, and 0 otherwise. "Otherwise" includes a candidate model without an interval
+    (NaN bounds): such a pair is not separated by the candidate, so it scores 0 and stays
+    in the mean; dropping it would let missing intervals inflate the agreement. None when
+    the reference separates no pair.
+    """
     ref = separated(ref_lo, ref_hi)
-    cand = separated(cand_lo, cand_hi)
-    has = ~(np.isnan(cand_lo) | np.isnan(cand_hi))
+    cand = separated(cand_lo, cand_hi)  # NaN bounds give 0: not separated
     iu = np.triu_indices(ref.shape[0], 1)
-    mask = (ref[iu] != 0) & has[iu[0]] & has[iu[1]]
-    n = int(mask.sum())
+    judged = ref[iu] != 0
+    n = int(judged.sum())
     if n == 0:
         return None, 0
-    # +1 same confident order, -1 opposite confident order, 0 candidate not confident
-    return float((ref[iu][mask] * cand[iu][mask]).mean()), n
+    return float((ref[iu][judged] * cand[iu][judged]).mean()), n
 
 
 def pair_rank_brier(

@@ -241,7 +241,7 @@ def rate_style(
             else:
                 bconn = _fit_exists(rows.win_matrix(bw), np.zeros((rc, k, k)), "half", bpresent)
                 bprior = np.where(bconn, 0.0, prior_games)
-            bth, bbeta, _ = _fit_contextual(rows, bw, bpresent, bprior)
+            bth, bbeta, _ = _fit_contextual(rows, bw, bpresent, bprior, ridge=1e-9)
             elo = bth * elo_per_unit
             elo[~bpresent] = np.nan
             parts.append(_gauge(elo, bpresent, models, anchor, anchor_rating, initial, point))
@@ -384,13 +384,20 @@ def _fit_contextual(
     *,
     max_iter: int = 100,
     tol: float = 1e-10,
+    ridge: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fit R weighted logistic regressions; return theta (R, K), beta (R, F), converged (R,).
 
     Args:
         weights: float64 (R, n) row weights per round.
         present: bool (R, K); prior: float64 (R,) virtual games per model (0 = exact).
-    The gauge is handled as in ``bt._fit``.
+        ridge: an L2 penalty on beta of ``ridge`` x the round's total weight (bootstrap rounds use
+            1e-9: it moves identifiable coefficients by about 4e-9 of their size and keeps the Newton
+            system regular when features are collinear in a resample).
+    A feature that is constant in a round (e.g. no answer drawn into a bootstrap resample has
+    bold text) carries no information there and would make the system singular: it is held at 0
+    in that round, as an absent model is. The gauge is handled as in ``bt._fit``. A round whose line search finds no ascent is not
+    reported as converged unless its gradient is already zero.
     """
     r = weights.shape[0]
     k = rows.k
@@ -402,9 +409,14 @@ def _fit_contextual(
     pair_t = rows.pair.T.tocsr()
     u = present.astype(np.float64)
     gauge = (prior == 0)[:, None, None] * (u[:, :, None] * u[:, None, :])
-    free = np.concatenate([present, np.ones((r, f), dtype=bool)], axis=1)
+    total = np.maximum(weights.sum(1, keepdims=True), 1e-300)
+    mean_s = (weights @ s) / total
+    var_s = (weights @ (s * s)) / total - mean_s**2
+    varies = var_s > 1e-12 * np.maximum(1.0, mean_s**2)
+    free = np.concatenate([present, varies], axis=1)
     eye = np.eye(d)
     y = rows.y[None, :]
+    lam = ridge * weights.sum(1)  # (R,)
     sign = 2.0 * y - 1.0  # y is 0/1, so log-likelihood of a row is log_expit(sign * z)
 
     def logits(par: np.ndarray) -> np.ndarray:
@@ -414,7 +426,7 @@ def _fit_contextual(
     def loglik(par: np.ndarray) -> np.ndarray:
         z = logits(par)
         th = par[:, :k]
-        ll = (weights * log_expit(sign * z)).sum(1)
+        ll = (weights * log_expit(sign * z)).sum(1) - 0.5 * lam * (par[:, k:] ** 2).sum(1)
         return ll + prior * 0.5 * (log_expit(th) + log_expit(-th)).sum(1)
 
     def derivatives(par: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -424,7 +436,7 @@ def _fit_contextual(
         v = weights * p * (1 - p)
         grad = np.empty((r, d))
         grad[:, :k] = np.asarray(design_t @ resid.T).T
-        grad[:, k:] = resid @ s
+        grad[:, k:] = resid @ s - lam[:, None] * par[:, k:]
         neg = np.empty((r, d, d))
         vp = np.asarray(pair_t @ v.T).T.reshape(r, k, k)
         vp = vp + vp.transpose(0, 2, 1)
@@ -433,7 +445,7 @@ def _fit_contextual(
         ms = np.asarray(ms).reshape(k, r, f).transpose(1, 0, 2)
         neg[:, :k, k:] = ms
         neg[:, k:, :k] = ms.transpose(0, 2, 1)
-        neg[:, k:, k:] = (v @ ss).reshape(r, f, f)
+        neg[:, k:, k:] = (v @ ss).reshape(r, f, f) + lam[:, None, None] * np.eye(f)
         th = par[:, :k]
         sg = expit(th)
         grad[:, :k] += prior[:, None] * (0.5 - sg)
@@ -443,6 +455,7 @@ def _fit_contextual(
     par = np.zeros((r, d))
     ll = loglik(par)
     converged = np.zeros(r, dtype=bool)
+    failed = np.zeros(r, dtype=bool)
     for _ in range(max_iter):
         grad, neg = derivatives(par)
         c = np.maximum(np.abs(np.diagonal(neg, axis1=1, axis2=2)).max(1), 1e-12)
@@ -451,6 +464,7 @@ def _fit_contextual(
         step = np.linalg.solve(neg, np.where(free, grad, 0.0)[:, :, None])[:, :, 0]
         step[converged] = 0.0
         t = np.ones(r)
+        stuck = np.zeros(r, dtype=bool)
         for _ in range(40):
             ll_new = loglik(par + t[:, None] * step)
             bad = ll_new < ll - 1e-12 * np.abs(ll)
@@ -458,11 +472,16 @@ def _fit_contextual(
                 break
             t = np.where(bad, t * 0.5, t)
         else:
-            ll_new = loglik(par + t[:, None] * step)
+            # no step length raised the likelihood: stay put, and do not call that convergence
+            stuck = bad
+            t = np.where(stuck, 0.0, t)
+            ll_new = np.where(stuck, ll, ll_new)
         par = par + t[:, None] * step
         ll = ll_new
-        converged |= np.abs(step).max(1) * t <= tol
-        if converged.all():
+        flat = np.abs(np.where(free, grad, 0.0)).max(1) <= 1e-8 * np.maximum(1.0, np.abs(ll))
+        converged |= np.where(stuck, flat, np.abs(step).max(1) * t <= tol)
+        failed |= stuck & ~flat
+        if (converged | failed).all():
             break
     th = par[:, :k]
     th = th - (np.where(present, th, 0.0).sum(1) / np.maximum(present.sum(1), 1))[:, None]

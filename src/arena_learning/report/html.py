@@ -193,7 +193,7 @@ def build_report(workspace: str | Path) -> str:
 
 
 def _audit_html(root: Path) -> str:
-    from ..arena.audit_commands import audit_workspace
+    from ..arena.audit import audit_workspace
 
     try:
         audit = audit_workspace(root).to_dict()

@@ -1,4 +1,4 @@
-"""``arena ingest``, ``arena testset build`` and ``arena pool build``: the curation commands.
+"""The curation runs behind ``arena ingest``, ``arena testset build`` and ``arena pool build``.
 
 The pipelines here are the edge: they read configs and sources, open the
 workspace, call the stage functions (records in, records out) and store each
@@ -8,22 +8,18 @@ person can open. Each ends with a summary table of counts per step and per clust
 
 from __future__ import annotations
 
-import inspect
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ..config import load_config_file
-from ..cli_errors import user_errors as _user_errors
 from ..errors import ArenaError
 from ..records import Prompt
 from ..store import Store
@@ -31,8 +27,8 @@ from .filters import Step, build_moderator, clean
 from .ingest import IngestError, Ingestor, IngestReport, source_label
 from .settings import PoolConfig, SourceFormat, SourceSpec, TestsetConfig
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(stderr=True)  # progress and summaries of a run; results go to files and the store
+err_console = console
 
 Track = Callable[[str, "int | None"], Callable[[int], None]]
 """Progress: (description, total) -> advance(n). With total None, advance(0) marks the bar done."""
@@ -401,108 +397,3 @@ def _slice_counts(
 
 
 # ---- the CLI ----------------------------------------------------------------------------
-
-WorkspaceOpt = Annotated[
-    Path | None, typer.Option("--workspace", "-w", help="workspace directory (default: the config's 'workspace')")
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="override a config field, e.g. --set diverse.n_clusters=20 (repeatable)"),
-]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")]
-
-
-def ingest_command(
-    sources: Annotated[
-        list[Path],
-        typer.Argument(help="files (.json .jsonl .parquet .csv) or folders saved with datasets' save_to_disk"),
-    ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="workspace directory to ingest into (created if missing)")],
-    format: Annotated[
-        str, typer.Option("--format", "-f", help="record layout: auto, sharegpt, openai, alpaca, mtbench, arenahard")
-    ] = "auto",
-    name: Annotated[
-        str | None, typer.Option("--name", help="source label for every prompt (default: each file's name)")
-    ] = None,
-    set_name: Annotated[str, typer.Option("--set-name", help="prompt set to ingest into")] = INGESTED,
-    strict: Annotated[bool, typer.Option("--strict", help="stop at the first bad line instead of skipping it")] = False,
-    replace: Annotated[
-        bool, typer.Option("--replace", help="start the set afresh instead of adding to what it holds")
-    ] = False,
-    quiet: QuietOpt = False,
-) -> None:
-    """Read conversations (ShareGPT, OpenAI messages, Alpaca, MT-Bench, arena-hard) into a workspace.
-
-    Multi-turn conversations keep their turns; assistant turns are kept as reference
-    answers. Bad lines are reported as file:line, skipped and counted (--strict makes
-    them fatal); what was ingested before a fatal line is kept. Rerunning is safe:
-    records already in the set are recognised by id and content.
-    """
-    allowed: tuple[SourceFormat, ...] = ("auto", "sharegpt", "openai", "alpaca", "mtbench", "arenahard")
-    if format not in allowed:
-        raise ArenaError(f"--format {format!r} is not one of: {', '.join(allowed)}")
-    specs = [SourceSpec(path=str(p), format=format, name=name) for p in sources]  # type: ignore[arg-type]
-    with Store(out) as store:
-        with tracker(not quiet) as track:
-            report = run_ingest(store, specs, set_name, strict=strict, replace=replace, track=track)
-        console.print(ingest_table(report))
-        print_problems(report)
-        console.print(f"set {set_name!r}: {len(report.prompts)} prompts in {store.root} ({set_path(store, set_name)})")
-
-
-def testset_build_command(
-    config: Annotated[Path, typer.Argument(help="YAML test-set config (see examples/testset.yaml)")],
-    workspace: WorkspaceOpt = None,
-    set_: SetOpt = None,
-    quiet: QuietOpt = False,
-) -> None:
-    """Build the test set: clean, embed and cluster (diverse half), judge difficulty (hard half), mix.
-
-    Writes the sets testset/clean, testset/diverse, testset/hard and testset/mix to the
-    workspace (and JSONL copies under WORKSPACE/sets/), then prints the counts per step
-    and per cluster.
-    """
-    cfg = load_config_file(config, TestsetConfig, set_)
-    root, result = run_testset(cfg, workspace, progress=not quiet)
-    console.print(steps_table(result.steps, "test set: counts per step"))
-    console.print(per_cluster_table(result.per_cluster, "test set: per cluster"))
-    console.print(
-        f"diverse {len(result.diverse)}, hard {len(result.hard)}, mix {len(result.mix)} prompts "
-        f"in {root} (sets testset/*; JSONL under {root / 'sets' / 'testset'})"
-    )
-
-
-def pool_build_command(
-    config: Annotated[Path, typer.Argument(help="YAML pool config (see examples/pool.yaml)")],
-    workspace: WorkspaceOpt = None,
-    set_: SetOpt = None,
-    quiet: QuietOpt = False,
-) -> None:
-    """Build the training pool: clean, dedupe, decontaminate against the test sets, cut slices D0..DN.
-
-    Slices are stratified by cluster and seeded; D0 is the initial SFT data. Writes
-    pool/clean and pool/D0.. to the workspace (JSONL copies under WORKSPACE/sets/pool/).
-    """
-    cfg = load_config_file(config, PoolConfig, set_)
-    root, result = run_pool(cfg, workspace, progress=not quiet)
-    console.print(steps_table(result.steps, "pool: counts per step"))
-    console.print(per_cluster_table(result.per_cluster, "pool: slices per cluster"))
-    sizes = ", ".join(f"D{i} {len(s)}" for i, s in enumerate(result.slices))
-    console.print(f"pool {len(result.pool)} prompts: {sizes} in {root}")
-
-
-def _help(doc: str | None) -> str:
-    """Return a docstring as --help text: paragraphs unwrapped (the terminal wraps them again)."""
-    paragraphs = inspect.cleandoc(doc or "").split("\n\n")
-    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``ingest``, ``testset build`` and ``pool build`` to ``app``."""
-    app.command("ingest", help=_help(ingest_command.__doc__))(_user_errors(ingest_command))
-    testset_app = typer.Typer(help="Build the arena's test set (diverse + hard).", no_args_is_help=True)
-    testset_app.command("build", help=_help(testset_build_command.__doc__))(_user_errors(testset_build_command))
-    app.add_typer(testset_app, name="testset")
-    pool_app = typer.Typer(help="Build the training pool and its slices D0..DN.", no_args_is_help=True)
-    pool_app.command("build", help=_help(pool_build_command.__doc__))(_user_errors(pool_build_command))
-    app.add_typer(pool_app, name="pool")

@@ -12,13 +12,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from . import pipeline
-from .arena.calls import CallStats
-from .config import ModelsFile, RunConfig, load_config_file
-from .cli_errors import user_errors
-from .errors import ArenaError
-from .records import Rating
-from .store import Store
+from .. import pipeline
+from ..engines.calls import CallStats
+from ..config import ModelsFile, RunConfig, load_config_file
+from .errors import user_errors
+from ..errors import ArenaError
+from ..records import Rating
+from ..store import Store
 
 app = typer.Typer(
     help="Arena Learning: an offline machine-judged chatbot arena and the training-data flywheel on its battles.",
@@ -94,10 +94,15 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None,
         print_call_stats(report, store)
         print_battle_report(cfg, pipeline.stage_battle(cfg, store, prompts=prompts), store)
         ratings = pipeline.stage_ratings(cfg, store)
-    from .report.html import write_report
-
-    err_console.print(f"report: {write_report(store.root)}")
     _emit_board(ratings, json_out)
+    # The report is optional: if it fails, the finished results stay in the workspace and the run succeeds.
+    from ..report.html import write_report
+
+    try:
+        err_console.print(f"report: {write_report(store.root)}")
+    except Exception as err:  # noqa: BLE001 - any failure of an optional stage is reported, never fatal
+        err_console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
+                          f"are kept in {store.root}; retry with `arena report {store.root}`", highlight=False)
 
 
 @app.command()
@@ -153,7 +158,7 @@ def import_answers(
     model: Annotated[str | None, typer.Option(help="model name for every answer (default: the file's own)")] = None,
 ) -> None:
     """Load pre-generated answers, to judge them with `arena battle` (models with engine: imported)."""
-    from .arena.imports import read_answers
+    from ..arena.imports import read_answers
 
     report = read_answers(files, model)
     with Store(workspace) as store:
@@ -191,7 +196,7 @@ def leaderboard(
         return
     ratings = pipeline.workspace_board(workspace)
     if csv is not None:
-        from .rating.commands import write_leaderboard_csv
+        from ..rating.export import write_leaderboard_csv
 
         write_leaderboard_csv(ratings, csv)
     _emit_board(ratings, json_out)
@@ -206,9 +211,9 @@ def winrates(
     json_out: Annotated[bool, typer.Option("--json", help="print everything as one JSON object")] = False,
 ) -> None:
     """Print pairwise win rates (predicted by the ratings and observed), win rate vs an anchor, and online Elo."""
-    from .rating.counts import BattleTable
-    from .rating.elo import online_elo
-    from .rating.winrate import observed_win_matrix, predicted_win_matrix, win_rate_vs
+    from ..rating.counts import BattleTable
+    from ..rating.elo import online_elo
+    from ..rating.winrate import observed_win_matrix, predicted_win_matrix, win_rate_vs
 
     if not (workspace / "arena.db").is_file():
         raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
@@ -271,7 +276,7 @@ def report(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file to write (default: WORKSPACE/report.html)")] = None,
 ) -> None:
     """Write the HTML report: leaderboard with CIs, style control, win matrix, judge audit, tokens and cost."""
-    from .report.html import write_report
+    from ..report.html import write_report
 
     path = write_report(workspace, out)
     err_console.print(f"report written to {path}")
@@ -300,7 +305,7 @@ def _style_board(workspace: Path, json_out: bool) -> None:
 
 def _emit_board(ratings: list[Rating], json_out: bool) -> None:
     if json_out:
-        from .rating.commands import ratings_to_json
+        from ..rating.export import ratings_to_json
 
         sys.stdout.write(json.dumps(ratings_to_json(ratings), indent=2) + "\n")
     else:
@@ -316,8 +321,8 @@ def serve(
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
 ) -> None:
     """Serve a configured model over an OpenAI-compatible HTTP API."""
-    from .engines import build_engine
-    from .engines.server import serve as run_server
+    from ..engines import build_engine
+    from ..engines.server import serve as run_server
 
     cfg = load_config_file(config, ModelsFile)
     if model is None:
@@ -330,10 +335,45 @@ def serve(
     run_server(spec.name, engine, host=host, port=port)
 
 
+@app.command()
+def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False) -> None:
+    """Print what a bug report needs: Python, OS, CPU flags, the llama.cpp build and a smoke generation, torch, the bundled model."""
+    from ..engines.doctor import diagnose
+
+    report = diagnose()
+    if json_out:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        lc, smoke = report["llama_cpp"], report["smoke_generation"]
+        rows = [
+            ("python", f"{report['python']['version']} ({report['python']['executable']})"),
+            ("os", report["os"]["platform"]),
+            ("cpu", f"{report['cpu']['model']}, {report['cpu']['cores']} cores"),
+            ("cpu flags", " ".join(report["cpu"]["flags"]) or "-"),
+            ("llama-cpp-python", f"{lc['version']} in {lc['library_dir']}"),
+            ("llama.cpp build", lc["system_info"] or "-"),
+            ("portable build", {True: "yes (no AVX-512/AMX code)", False: "no: built with " + ", ".join(lc["wide_features"]),
+                                None: "unknown"}[lc["portable"]]),
+            ("smoke generation", f"ok in {smoke['seconds']} s: {smoke['text']!r}" if smoke["ok"] else f"FAILED: {smoke['error']}"),
+            ("torch", f"{report['torch'].get('version')}, {report['torch'].get('threads')} threads"
+             if report["torch"]["installed"] else "not installed"),
+            ("bundled model", f"{report['bundled_model'].get('path')} ({report['bundled_model'].get('identity')})"
+             if report["bundled_model"].get("path") else report["bundled_model"].get("error")),
+        ]
+        table = Table(box=box.SIMPLE_HEAD, show_header=False, padding=(0, 1), pad_edge=False)
+        table.add_column("what", no_wrap=True)
+        table.add_column("value", overflow="fold")
+        for name, value in rows:
+            table.add_row(name, str(value))
+        console.print(table)
+    if not report["smoke_generation"]["ok"]:
+        raise typer.Exit(2)
+
+
 def _register_extensions() -> None:
-    from .arena import audit_commands
-    from .curate import commands as curate_commands
-    from .rating import commands as rating_commands
+    from . import audit as audit_commands
+    from . import curate as curate_commands
+    from . import rating as rating_commands
 
     rating_commands.register(app)
     curate_commands.register(app)

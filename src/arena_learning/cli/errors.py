@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 
-from .errors import ArenaError
+from ..errors import ArenaError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..engines.base import CallFailed, Completion, Engine, Request
+from .base import CallFailed, Completion, Engine, Request
 from ..store import Store, call_key
 
 

@@ -16,10 +16,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..cli_errors import reporting_errors as _user_errors
+from .errors import reporting_errors as _user_errors
 from ..errors import ArenaError
 from ..records import Rating
-from .export import ratings_to_json, write_leaderboard_csv
+from ..rating.export import ratings_to_json, write_leaderboard_csv
 
 __all__ = ["register", "ratings_to_json", "write_leaderboard_csv", "ratings_command", "compare_command"]
 
@@ -85,9 +85,9 @@ def ratings_command(
     elo_k: Annotated[Optional[float], typer.Option("--elo-k", help="Add an online-Elo column with this K factor (table only), for comparison.")] = None,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a battle log (help text: ``RATINGS_HELP``)."""
-    from .battlelog import read_battle_log
-    from .bt import rate
-    from .elo import online_elo_table
+    from ..rating.battlelog import read_battle_log
+    from ..rating.bt import rate
+    from ..rating.elo import online_elo_table
 
     with _user_errors():
         table, report = read_battle_log(battles)
@@ -115,8 +115,8 @@ def compare_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
     """Print the consistency of two leaderboards (help text: ``COMPARE_HELP``)."""
-    from .boards import read_board
-    from .consistency import compare_boards
+    from ..rating.boards import read_board
+    from ..rating.consistency import compare_boards
 
     with _user_errors():
         # The column options describe the reference, usually a foreign CSV; BOARD_A is most often our own export.

@@ -1,0 +1,87 @@
+"""What a bug report needs: the interpreter, OS, CPU, the llama.cpp build and whether it runs, torch, the bundled model."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+from .llama_check import build_fingerprint, check_llama, cpu_info, library_dir
+from .llama_build import BUILD_TAG, wheel_dir
+
+WIDE_FEATURES = ("AVX512", "AMX", "AVX_VNNI")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _torch() -> dict[str, Any]:
+    try:
+        import torch
+    except ImportError as err:
+        return {"installed": False, "error": str(err)}
+    return {"installed": True, "version": torch.__version__, "threads": torch.get_num_threads(),
+            "interop_threads": torch.get_num_interop_threads(), "cuda": bool(torch.cuda.is_available())}
+
+
+def _bundled() -> dict[str, Any]:
+    from ..errors import ArenaError
+    from .bundled import bundled_model_path
+    from .identity import content_identity
+
+    try:
+        path = bundled_model_path()
+    except ArenaError as err:
+        return {"path": None, "error": str(err)}
+    return {"path": str(path), "bytes": path.stat().st_size, "identity": content_identity(path)}
+
+
+def wide_features(system_info: str) -> list[str]:
+    """Return the CPU features a llama.cpp build was compiled with beyond the portable AVX2 set."""
+    found = []
+    for part in system_info.replace("|", " ").split():
+        name, _, value = part.partition("=")
+        if value.strip() == "1" and any(name.strip().startswith(w) for w in WIDE_FEATURES):
+            found.append(name.strip())
+    return found
+
+
+def diagnose() -> dict[str, Any]:
+    """Return the whole report (``arena doctor --json``)."""
+    from ..errors import ArenaError
+
+    smoke: dict[str, Any]
+    try:
+        got = check_llama(use_cache=False)
+        smoke = {"ok": True, "seconds": got.get("seconds"), "text": got.get("text"),
+                 "system_info": got.get("system_info", "")}
+    except ArenaError as err:
+        smoke = {"ok": False, "error": str(err), "system_info": ""}
+    lib = library_dir()
+    portable_wheels = sorted(p.name for p in wheel_dir().glob("*.whl")) if wheel_dir().is_dir() else []
+    wide = wide_features(smoke.get("system_info", ""))
+    return {
+        "python": {"version": sys.version.split()[0], "executable": sys.executable, "implementation": platform.python_implementation()},
+        "os": {"platform": platform.platform(), "kernel": platform.release()},
+        "cpu": cpu_info(),
+        "llama_cpp": {
+            "version": _version("llama-cpp-python"),
+            "library_dir": str(lib) if lib else None,
+            "build_fingerprint": build_fingerprint(),
+            "system_info": smoke.get("system_info", ""),
+            "wide_features": wide,
+            "portable": None if not smoke.get("system_info") else not wide,
+            "portable_build_tag": BUILD_TAG,
+            "portable_wheel": portable_wheels[0] if portable_wheels else None,
+        },
+        "smoke_generation": {k: v for k, v in smoke.items() if k != "system_info"},
+        "torch": _torch(),
+        "bundled_model": _bundled(),
+        "env": {k: os.environ[k] for k in ("ARENA_CACHE", "OMP_NUM_THREADS", "HF_HUB_OFFLINE") if k in os.environ},
+    }
