@@ -21,7 +21,7 @@ SHOTS = [("What is 12 + 7?", "19"), ("What is the capital of Japan?", "Tokyo"),
          ("How many minutes are in 3 hours?", "180"), ("Spell the word 'dog' backwards.", "god")]
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10, help="prompts per chunk")
     ap.add_argument("--rounds", type=int, default=12, help="chunks")
@@ -75,7 +75,8 @@ def main() -> None:
     print(f"bare llama_cpp.Llama:      {total / bare_s:6.2f} gen/s  {bare_tokens / bare_s:7.1f} tok/s")
     print(f"engine + ledger:           {total / ours_s:6.2f} gen/s  {ours_tokens / ours_s:7.1f} tok/s")
     print(f"throughput ratio ours/bare: {bare_s / ours_s:5.3f}  (goal >= 0.95; tokens out {ours_tokens} vs {bare_tokens})")
+    return 0 if bare_s / ours_s >= 0.95 else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -84,3 +84,18 @@ def test_multi_turn_prompt_scores_the_mean_of_its_turns():
 def test_prompt_without_reference_cannot_be_verified():
     with pytest.raises(ValueError, match="no reference answer"):
         check(Prompt(id="open", turns=["Write a poem"]), ["..."])
+
+
+def test_the_demo_test_set_holds_none_of_its_own_few_shot_examples():
+    from pathlib import Path
+
+    from arena_learning import pipeline
+    from arena_learning.config import RunConfig, load_config_file
+
+    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml", RunConfig)
+    shots = pipeline.few_shot_questions(cfg)
+    assert "What is the capital of Japan?" in shots and len(shots) == 8
+    plain = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed)
+    assert {p.turns[0] for p in plain} & shots  # the seed does generate some of them
+    prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, exclude=shots)
+    assert len(prompts) == cfg.tasks.n and not {p.turns[0] for p in prompts} & shots

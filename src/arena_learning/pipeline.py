@@ -23,9 +23,9 @@ from .tasks import generate_tasks
 from .engines import build_engine
 from .errors import ArenaError
 from .records import Battle, Judgment, Prompt, Rating
-from .store import Store
+from .store import DEFAULT_SET, Store
 
-TEST_SET = "test"
+TEST_SET = DEFAULT_SET
 
 
 def workspace_for(cfg: RunConfig, override: str | Path | None = None) -> Path:
@@ -52,11 +52,18 @@ def load_saved_config(store: Store) -> RunConfig:
     return validate_config(data, RunConfig, f"the config saved in {store.root} (rerun `arena run` to refresh it)")
 
 
+def few_shot_questions(cfg: RunConfig) -> set[str]:
+    """Return every question shown as a few-shot example in a model's prompt format (contestants and judges)."""
+    specs = [*cfg.models, *(j.model for j in [cfg.judge, *cfg.judge.members] if j.model is not None)]
+    return {q for spec in specs for q, _ in spec.prompt_format.few_shot}
+
+
 def stage_prompts(cfg: RunConfig, store: Store) -> list[Prompt]:
     """Make the test set (the built-in task suite, or the configured open prompts) and store it."""
     src = cfg.prompts
     if src is None:
-        prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, categories=cfg.tasks.categories)
+        prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, categories=cfg.tasks.categories,
+                                 exclude=few_shot_questions(cfg))
     elif src.set is not None:
         prompts = store.get_prompts(src.set)
         if not prompts:
@@ -83,21 +90,24 @@ class AnswerReport:
 
 
 def stage_answer(cfg: RunConfig, store: Store, *, show_progress: bool = True,
-                 prompts: list[Prompt] | None = None) -> AnswerReport:
-    """Have every contestant answer the test set (``prompts``, else made now); return call stats per model."""
+                 prompts: list[Prompt] | None = None, set_name: str = TEST_SET) -> AnswerReport:
+    """Have every contestant answer the test set (``prompts``, else made now); return call stats per model.
+
+    Answers are stored under ``set_name`` (the test set by default; a training slice's name in the flywheel).
+    """
     prompts = prompts if prompts is not None else stage_prompts(cfg, store)
     report = AnswerReport()
 
     async def go(progress) -> None:
         for spec in cfg.models:
             if spec.engine == "imported":
-                have = {a.prompt_id for a in store.get_answers(spec.name)}
+                have = {a.prompt_id for a in store.get_answers(spec.name, set_name)}
                 missing = sum(1 for p in prompts if p.id not in have)
                 report.incomplete[spec.name] = missing
                 report.stats[spec.name] = CallStats(cached=len(prompts) - missing)
                 continue
             engine = build_engine(spec)
-            result = await answer_prompts(store, spec.name, engine, prompts, progress=progress)
+            result = await answer_prompts(store, spec.name, engine, prompts, progress=progress, set_name=set_name)
             report.stats[spec.name] = result.stats
             report.incomplete[spec.name] = len(result.incomplete)
 
@@ -133,11 +143,12 @@ def make_judge(cfg: RunConfig):  # noqa: ANN201 - VerifierJudge | LLMJudge | Pan
 
 
 def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True,
-                 prompts: list[Prompt] | None = None) -> BattleReport:
-    """Judge the scheduled pairs on the prompts both answered; store judgments and battles."""
+                 prompts: list[Prompt] | None = None, set_name: str = TEST_SET) -> BattleReport:
+    """Judge the scheduled pairs on the prompts both answered; store judgments and battles under ``set_name``."""
     prompts = prompts if prompts is not None else stage_prompts(cfg, store)
     names = [m.name for m in cfg.models]
-    answers = [a for a in store.get_answers() if a.model in set(names)]
+    ids = {p.id for p in prompts}
+    answers = [a for a in store.get_answers(set_name=set_name) if a.model in set(names) and a.prompt_id in ids]
     if not prompts or not answers:
         raise ArenaError(f"{store.root} has no answers yet: run `arena answer` (or `arena run`) first")
     judge = make_judge(cfg)
@@ -168,10 +179,10 @@ def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True,
         for member in getattr(judge, "members", []):
             store.set_meta(f"judge_stats/{member.name}", member.stats.as_dict())
     # Judgments of earlier runs (other models, prompts or judge settings) must not mix into audits.
-    store.replace_judgments({cfg.judge.name, *(m.name for m in cfg.judge.members)}, judgments)
+    store.replace_judgments({cfg.judge.name, *(m.name for m in cfg.judge.members)}, judgments, set_name)
     mine = [j for j in judgments if j.judge == cfg.judge.name]
     battles = combine_games(mine, cfg.judge.tie_threshold, mode=cfg.judge.combine)
-    store.replace_battles(cfg.judge.name, battles)
+    store.replace_battles(cfg.judge.name, battles, set_name)
     failed = sum(1 for j in mine if j.status == "failed")
     return BattleReport(battles=battles, judged=len(judgments), missing=missing, failed=failed, stats=stats)
 
@@ -203,8 +214,11 @@ def usage(cfg: RunConfig, store: Store) -> list[dict]:
     """Return calls, tokens in/out and cost of each contestant and judge behind the stored results.
 
     Tokens count every call behind an answer or verdict, served from the ledger or not (what
-    the results cost when they were made). Cost uses the model's price_in / price_out per 1M tokens.
+    the results cost when they were made), and only those: answers to prompts of the current
+    test set (not of an earlier, larger one, nor of training slices). Cost uses the model's
+    price_in / price_out per 1M tokens.
     """
+    current = {p.id for p in store.get_prompts(TEST_SET)}
     rows = []
 
     def row(role: str, name: str, spec, calls: int, tin: int, tout: int) -> None:  # noqa: ANN001
@@ -212,7 +226,7 @@ def usage(cfg: RunConfig, store: Store) -> list[dict]:
         rows.append({"role": role, "name": name, "calls": calls, "tokens_in": tin, "tokens_out": tout, "cost": cost})
 
     for spec in cfg.models:
-        answers = store.get_answers(spec.name)
+        answers = [a for a in store.get_answers(spec.name) if a.prompt_id in current]
         row("contestant", spec.name, spec, sum(len(a.turns) for a in answers),
             sum(a.tokens_in for a in answers), sum(a.tokens_out for a in answers))
     for j in [cfg.judge, *cfg.judge.members]:
@@ -252,5 +266,5 @@ def stage_style_control(cfg: RunConfig, store: Store):  # noqa: ANN201 - rating.
 
 def workspace_board(path: str | Path) -> list[Rating]:
     """Return the leaderboard of the run stored in the workspace at ``path``."""
-    with Store(path) as store:
+    with Store(path, readonly=True) as store:
         return stage_ratings(load_saved_config(store), store)

@@ -43,6 +43,7 @@ class Answer(Record):
     tokens_in: int = 0
     tokens_out: int = 0
     latency_s: float = 0.0
+    truncated: int = Field(0, description="turns cut off at max_tokens (kept, and counted in the run summary)")
 
 
 class Judgment(Record):
@@ -61,6 +62,7 @@ class Judgment(Record):
     raw: str = ""
     status: Literal["ok", "failed"] = "ok"
     flags: list[str] = Field(default_factory=list)
+    truncated: int = Field(0, description="verdict replies behind this game that were cut off at max_tokens")
 
 
 class Battle(Record):

@@ -13,9 +13,14 @@ at any moment loses nothing that had come back.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
+import socket
 import sqlite3
+import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +29,13 @@ from typing import Any
 
 from .errors import ArenaError
 from .records import Answer, Battle, Judgment, Prompt
+
+SCHEMA_VERSION = 2
+"""Version of the tables below, kept in SQLite's ``user_version``. 0/1: release 0.1.0 (answers,
+judgments and battles keyed without a set); 2: keyed by set, ledger rows record who asked."""
+
+DEFAULT_SET = "test"
+"""The set a run's test prompts are stored as; answers, judgments and battles default to it."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -39,7 +51,8 @@ CREATE TABLE IF NOT EXISTS calls (
     latency_s REAL DEFAULT 0,
     attempts INTEGER DEFAULT 1,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    requested_by TEXT              -- the contestant or judge (config name) that first asked
 );
 CREATE TABLE IF NOT EXISTS prompts (
     set_name TEXT NOT NULL,
@@ -49,32 +62,53 @@ CREATE TABLE IF NOT EXISTS prompts (
     PRIMARY KEY (set_name, id)
 );
 CREATE TABLE IF NOT EXISTS answers (
+    set_name TEXT NOT NULL,
     prompt_id TEXT NOT NULL,
     model TEXT NOT NULL,
     data TEXT NOT NULL,
-    PRIMARY KEY (prompt_id, model)
+    PRIMARY KEY (set_name, prompt_id, model)
 );
 CREATE TABLE IF NOT EXISTS judgments (
+    set_name TEXT NOT NULL,
     prompt_id TEXT NOT NULL,
     model_a TEXT NOT NULL,
     model_b TEXT NOT NULL,
     judge TEXT NOT NULL,
     status TEXT NOT NULL,
     data TEXT NOT NULL,
-    PRIMARY KEY (prompt_id, model_a, model_b, judge)
+    PRIMARY KEY (set_name, prompt_id, model_a, model_b, judge)
 );
 CREATE TABLE IF NOT EXISTS battles (
+    set_name TEXT NOT NULL,
     prompt_id TEXT NOT NULL,
     model_a TEXT NOT NULL,
     model_b TEXT NOT NULL,
     judge TEXT NOT NULL,
     data TEXT NOT NULL,
-    PRIMARY KEY (prompt_id, model_a, model_b, judge)
+    PRIMARY KEY (set_name, prompt_id, model_a, model_b, judge)
 );
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+"""
+
+# Release 0.1.0 -> 2: the three artifact tables gain a leading set_name (its rows were the test
+# set's); SQLite cannot change a primary key in place, so each table is rebuilt.
+MIGRATE_1_TO_2 = """
+ALTER TABLE answers RENAME TO answers_v1;
+ALTER TABLE judgments RENAME TO judgments_v1;
+ALTER TABLE battles RENAME TO battles_v1;
+{schema}
+INSERT INTO answers (set_name, prompt_id, model, data) SELECT 'test', prompt_id, model, data FROM answers_v1;
+INSERT INTO judgments (set_name, prompt_id, model_a, model_b, judge, status, data)
+    SELECT 'test', prompt_id, model_a, model_b, judge, status, data FROM judgments_v1;
+INSERT INTO battles (set_name, prompt_id, model_a, model_b, judge, data)
+    SELECT 'test', prompt_id, model_a, model_b, judge, data FROM battles_v1;
+DROP TABLE answers_v1;
+DROP TABLE judgments_v1;
+DROP TABLE battles_v1;
+ALTER TABLE calls ADD COLUMN requested_by TEXT;
 """
 
 
@@ -100,26 +134,157 @@ class CallRecord:
     attempts: int
 
 
-class Store:
-    """A workspace directory and its SQLite database."""
+class WorkspaceLocked(ArenaError):
+    """Another process writes to this workspace."""
 
-    def __init__(self, workspace: str | Path):
+
+class _WriterLock:
+    """An exclusive ``flock`` on ``WORKSPACE/arena.lock`` held while a Store may write.
+
+    The kernel drops it when the holder exits, however it dies (``kill -9`` included), so a
+    killed run never leaves a stale lock. The file names the holder (pid, host, command, start)
+    for the message another writer gets. Stores of one process share the lock (counted).
+    """
+
+    _held: dict[str, list] = {}  # real path -> [fd, count]
+    _guard = threading.Lock()
+
+    def __init__(self, root: Path):
+        self.path = str((root / "arena.lock").resolve())
+        with self._guard:
+            entry = self._held.get(self.path)
+            if entry is not None:
+                entry[1] += 1
+                return
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+                os.close(fd)
+                raise WorkspaceLocked(
+                    f"{root} is in use by {holder}: one writer at a time. Wait for it to finish (or stop it), "
+                    "then run again; read-only commands (leaderboard, report, compare) work meanwhile"
+                ) from None
+            os.ftruncate(fd, 0)
+            command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:300]
+            started = time.strftime("%Y-%m-%d %H:%M:%S")
+            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} ({command!r}, since {started})\n".encode())
+            self._held[self.path] = [fd, 1]
+
+    def release(self) -> None:
+        with self._guard:
+            entry = self._held.get(self.path)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] == 0:
+                fd = entry[0]
+                del self._held[self.path]
+                try:
+                    os.ftruncate(fd, 0)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    os.close(fd)
+
+
+class Store:
+    """A workspace directory and its SQLite database.
+
+    ``readonly=True`` opens an existing workspace for reading only: it never creates a file and
+    takes no lock (a missing workspace is an error). Otherwise the store creates the workspace
+    if needed, migrates an older one, and holds the writer lock until closed.
+    """
+
+    def __init__(self, workspace: str | Path, *, readonly: bool = False):
         self.root = Path(workspace)
         self.path = self.root / "arena.db"
+        self.readonly = readonly
+        self._lock: _WriterLock | None = None
+        if readonly:
+            if not self.path.is_file():
+                raise ArenaError(f"{self.root} is not a workspace (no arena.db): give the directory a run wrote to")
+            try:
+                self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                          check_same_thread=False)
+                self.db.execute("PRAGMA busy_timeout=30000")
+                version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.Error as err:
+                raise ArenaError(f"cannot read the workspace {self.root} ({err})") from None
+            self._check_version(version)
+            if version < SCHEMA_VERSION and self._has_table("answers"):
+                self.db.close()
+                raise ArenaError(f"{self.root} was written by an older release (schema {version}, this one reads "
+                                 f"{SCHEMA_VERSION}): open it once with a writing command (e.g. `arena run`) to migrate it")
+            return
         try:
             self.root.mkdir(parents=True, exist_ok=True)
+            self._lock = _WriterLock(self.root)
             # isolation_level=None: we open transactions ourselves, so a batch is one commit.
             self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except (OSError, sqlite3.Error) as err:
+        except OSError as err:
+            self._release()
+            raise ArenaError(f"cannot use {self.root} as a workspace ({err}): give a directory you can write to") from None
+        except sqlite3.Error as err:
+            self._release()
             raise ArenaError(f"cannot use {self.root} as a workspace ({err}): give a directory you can write to") from None
         self.db.execute("PRAGMA journal_mode=WAL")
         # NORMAL is durable against a killed process (not a power cut) and far faster than FULL.
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA busy_timeout=30000")
-        self.db.executescript(SCHEMA)
+        try:
+            self._migrate()
+        except ArenaError:
+            self.close()
+            raise
+
+    def _has_table(self, name: str) -> bool:
+        return self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            self.db.close()
+            raise ArenaError(
+                f"{self.root} was written by a newer release of arena-learning (workspace schema {version}, this "
+                f"release knows up to {SCHEMA_VERSION}): upgrade (`pip install -U arena-learning`) or use another workspace"
+            )
+
+    def _migrate(self) -> None:
+        """Create the tables, or bring an older workspace's to this schema (in one transaction)."""
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        self._check_version(version)
+        if version == SCHEMA_VERSION:
+            return
+        old = self._has_table("answers") and "set_name" not in {
+            r[1] for r in self.db.execute("PRAGMA table_info(answers)")}
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            if old:
+                # statement by statement: executescript would commit halfway
+                for stmt in MIGRATE_1_TO_2.format(schema=SCHEMA).split(";"):
+                    if stmt.strip():
+                        self.db.execute(stmt)
+            else:
+                for stmt in SCHEMA.split(";"):
+                    if stmt.strip():
+                        self.db.execute(stmt)
+            self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self.db.execute("COMMIT")
+        except sqlite3.Error as err:
+            self.db.execute("ROLLBACK")
+            raise ArenaError(f"cannot migrate the workspace {self.root} to schema {SCHEMA_VERSION} ({err}); "
+                             "it is unchanged") from None
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def close(self) -> None:
-        self.db.close()
+        try:
+            self.db.close()
+        finally:
+            self._release()
 
     def __enter__(self) -> Store:
         return self
@@ -153,8 +318,9 @@ class Store:
             for r in rows:
                 self.db.execute(
                     """INSERT INTO calls (key, engine, model, request, response, status, error,
-                                          tokens_in, tokens_out, latency_s, attempts, created_at, updated_at)
-                       VALUES (?,?,?,?,?,?,?,?,?,?,1,?,?)
+                                          tokens_in, tokens_out, latency_s, attempts, created_at, updated_at,
+                                          requested_by)
+                       VALUES (?,?,?,?,?,?,?,?,?,?,1,?,?,?)
                        ON CONFLICT(key) DO UPDATE SET
                          response=excluded.response, status=excluded.status, error=excluded.error,
                          tokens_in=excluded.tokens_in, tokens_out=excluded.tokens_out,
@@ -174,6 +340,7 @@ class Store:
                         float(r.get("latency_s", 0.0)),
                         now,
                         now,
+                        r.get("requested_by"),
                     ),
                 )
 
@@ -198,55 +365,104 @@ class Store:
     def prompt_sets(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT set_name, COUNT(*) FROM prompts GROUP BY set_name").fetchall())
 
-    def put_answers(self, answers: Iterable[Answer]) -> None:
+    def put_answers(self, answers: Iterable[Answer], set_name: str = DEFAULT_SET) -> None:
+        """Store answers to prompts of ``set_name`` (replacing a model's earlier answer to the same prompt)."""
         with self._tx():
             self.db.executemany(
-                "INSERT OR REPLACE INTO answers (prompt_id, model, data) VALUES (?,?,?)",
-                ((a.prompt_id, a.model, a.model_dump_json()) for a in answers),
+                "INSERT OR REPLACE INTO answers (set_name, prompt_id, model, data) VALUES (?,?,?,?)",
+                ((set_name, a.prompt_id, a.model, a.model_dump_json()) for a in answers),
             )
 
-    def delete_answers(self, model: str, prompt_ids: Iterable[str]) -> None:
+    def delete_answers(self, model: str, prompt_ids: Iterable[str], set_name: str = DEFAULT_SET) -> None:
         """Drop ``model``'s answers to ``prompt_ids`` (answers that no longer hold, e.g. a turn failed)."""
         with self._tx():
-            self.db.executemany("DELETE FROM answers WHERE model=? AND prompt_id=?", ((model, p) for p in prompt_ids))
+            self.db.executemany("DELETE FROM answers WHERE set_name=? AND model=? AND prompt_id=?",
+                                ((set_name, model, p) for p in prompt_ids))
 
-    def get_answers(self, model: str | None = None) -> list[Answer]:
+    def get_answers(self, model: str | None = None, set_name: str = DEFAULT_SET) -> list[Answer]:
+        """Return the answers to prompts of ``set_name`` (of ``model``, or of every model)."""
         if model is None:
-            rows = self.db.execute("SELECT data FROM answers ORDER BY model, prompt_id")
+            rows = self.db.execute("SELECT data FROM answers WHERE set_name=? ORDER BY model, prompt_id", (set_name,))
         else:
-            rows = self.db.execute("SELECT data FROM answers WHERE model=? ORDER BY prompt_id", (model,))
+            rows = self.db.execute("SELECT data FROM answers WHERE set_name=? AND model=? ORDER BY prompt_id",
+                                   (set_name, model))
         return [Answer.model_validate_json(d) for (d,) in rows]
 
-    def replace_judgments(self, judges: Iterable[str], judgments: Iterable[Judgment]) -> None:
-        """Store ``judgments`` as all the judgments of ``judges``, dropping what they had before."""
+    def answer_sets(self) -> dict[str, int]:
+        """Return the number of answers held per set."""
+        return dict(self.db.execute("SELECT set_name, COUNT(*) FROM answers GROUP BY set_name").fetchall())
+
+    def replace_judgments(self, judges: Iterable[str], judgments: Iterable[Judgment], set_name: str = DEFAULT_SET) -> None:
+        """Store ``judgments`` as all the judgments of ``judges`` on ``set_name``, dropping what they had there."""
         with self._tx():
-            self.db.executemany("DELETE FROM judgments WHERE judge=?", ((j,) for j in judges))
+            self.db.executemany("DELETE FROM judgments WHERE set_name=? AND judge=?", ((set_name, j) for j in judges))
             self.db.executemany(
-                "INSERT OR REPLACE INTO judgments (prompt_id, model_a, model_b, judge, status, data) "
-                "VALUES (?,?,?,?,?,?)",
-                ((j.prompt_id, j.model_a, j.model_b, j.judge, j.status, j.model_dump_json()) for j in judgments),
+                "INSERT OR REPLACE INTO judgments (set_name, prompt_id, model_a, model_b, judge, status, data) "
+                "VALUES (?,?,?,?,?,?,?)",
+                ((set_name, j.prompt_id, j.model_a, j.model_b, j.judge, j.status, j.model_dump_json()) for j in judgments),
             )
 
-    def get_judgments(self, judge: str | None = None) -> list[Judgment]:
-        sql, args = "SELECT data FROM judgments", ()
+    def get_judgments(self, judge: str | None = None, set_name: str = DEFAULT_SET) -> list[Judgment]:
+        sql, args = "SELECT data FROM judgments WHERE set_name=?", (set_name,)
         if judge is not None:
-            sql, args = sql + " WHERE judge=?", (judge,)
+            sql, args = sql + " AND judge=?", (set_name, judge)
         return [Judgment.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
 
-    def replace_battles(self, judge: str, battles: Iterable[Battle]) -> None:
-        """Store ``battles`` as all the battles of ``judge``, dropping what it had before."""
+    def replace_battles(self, judge: str, battles: Iterable[Battle], set_name: str = DEFAULT_SET) -> None:
+        """Store ``battles`` as all the battles of ``judge`` on ``set_name``, dropping what it had there."""
         with self._tx():
-            self.db.execute("DELETE FROM battles WHERE judge=?", (judge,))
+            self.db.execute("DELETE FROM battles WHERE set_name=? AND judge=?", (set_name, judge))
             self.db.executemany(
-                "INSERT OR REPLACE INTO battles (prompt_id, model_a, model_b, judge, data) VALUES (?,?,?,?,?)",
-                ((b.prompt_id, b.model_a, b.model_b, b.judge, b.model_dump_json()) for b in battles),
+                "INSERT OR REPLACE INTO battles (set_name, prompt_id, model_a, model_b, judge, data) VALUES (?,?,?,?,?,?)",
+                ((set_name, b.prompt_id, b.model_a, b.model_b, b.judge, b.model_dump_json()) for b in battles),
             )
 
-    def get_battles(self, judge: str | None = None) -> list[Battle]:
-        sql, args = "SELECT data FROM battles", ()
+    def get_battles(self, judge: str | None = None, set_name: str = DEFAULT_SET) -> list[Battle]:
+        sql, args = "SELECT data FROM battles WHERE set_name=?", (set_name,)
         if judge is not None:
-            sql, args = sql + " WHERE judge=?", (judge,)
+            sql, args = sql + " AND judge=?", (set_name, judge)
         return [Battle.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
+
+    # ---- forgetting and cleaning --------------------------------------------------
+    def forget_model(self, name: str) -> dict[str, int]:
+        """Drop a model's answers, the judgments and battles it took part in, and the ledger calls it made.
+
+        Ledger rows are found by who asked (``requested_by``); rows of a workspace made before
+        that column existed are not attributable and stay (counted under ``ledger_unattributed``).
+        """
+        counts: dict[str, int] = {}
+        with self._tx():
+            counts["answers"] = self.db.execute("DELETE FROM answers WHERE model=?", (name,)).rowcount
+            counts["judgments"] = self.db.execute(
+                "DELETE FROM judgments WHERE model_a=? OR model_b=?", (name, name)).rowcount
+            counts["battles"] = self.db.execute("DELETE FROM battles WHERE model_a=? OR model_b=?", (name, name)).rowcount
+            counts["ledger"] = self.db.execute("DELETE FROM calls WHERE requested_by=?", (name,)).rowcount
+            counts["ledger_unattributed"] = self.db.execute(
+                "SELECT COUNT(*) FROM calls WHERE requested_by IS NULL").fetchone()[0]
+        return counts
+
+    def vacuum(self) -> dict[str, int]:
+        """Drop superseded rows and give their space back; return what was dropped and the file sizes.
+
+        Superseded: answers, judgments and battles of prompts no longer in their set (a test set
+        rebuilt smaller, a set removed), and failed ledger calls (never used as answers; a rerun
+        asks again anyway). Successful calls are kept: they are what a rerun is served from.
+        """
+        before = self._size()
+        counts: dict[str, int] = {}
+        with self._tx():
+            for table in ("answers", "judgments", "battles"):
+                counts[table] = self.db.execute(
+                    f"DELETE FROM {table} WHERE NOT EXISTS (SELECT 1 FROM prompts p "  # noqa: S608 - fixed names
+                    f"WHERE p.set_name={table}.set_name AND p.id={table}.prompt_id)").rowcount
+            counts["failed_calls"] = self.db.execute("DELETE FROM calls WHERE status != 'ok'").rowcount
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.db.execute("VACUUM")
+        counts["bytes_before"], counts["bytes_after"] = before, self._size()
+        return counts
+
+    def _size(self) -> int:
+        return sum(p.stat().st_size for p in (self.path, self.path.with_name("arena.db-wal")) if p.exists())
 
     def set_meta(self, key: str, value: Any) -> None:
         with self._tx():

@@ -4,6 +4,10 @@ A multi-turn prompt is answered one turn at a time: the request for turn t
 carries the user turns 1..t and the model's own answers to turns 1..t-1. All
 prompts' turn t go out together, so the engine stays busy and the ledger caches
 each turn separately (a killed run resumes mid-conversation).
+
+A turn that came back empty is a failed call (see ``engines.calls``): the
+prompt is incomplete and gets no answer. A turn cut off at max_tokens is kept
+and counted in ``Answer.truncated`` (and in the stage's ``CallStats.truncated``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 
 from ..engines.base import Engine, Request
 from ..records import Answer, Prompt
-from ..store import Store
+from ..store import DEFAULT_SET, Store
 from ..engines.calls import CallStats, arun_requests
 
 
@@ -35,12 +39,14 @@ def conversation(prompt: Prompt, replies: Sequence[str], upto: int) -> list[dict
 
 
 async def answer_prompts(
-    store: Store, model_name: str, engine: Engine, prompts: Sequence[Prompt], *, progress=None
+    store: Store, model_name: str, engine: Engine, prompts: Sequence[Prompt], *, progress=None,
+    set_name: str = DEFAULT_SET,
 ) -> AnswerResult:
-    """Return the model's answers to ``prompts``; prompts whose turns failed are listed, not answered."""
+    """Return the model's answers to ``prompts`` (stored under ``set_name``); prompts whose turns failed are
+    listed, not answered."""
     stats = CallStats()
     replies: dict[str, list[str]] = {p.id: [] for p in prompts}
-    usage: dict[str, list[float]] = {p.id: [0, 0, 0.0] for p in prompts}
+    usage: dict[str, list[float]] = {p.id: [0, 0, 0.0, 0] for p in prompts}  # tokens in, out, latency, truncated
     alive = list(prompts)
     failed: list[str] = []
     turn = 0
@@ -61,6 +67,7 @@ async def answer_prompts(
             u[0] += comp.tokens_in
             u[1] += comp.tokens_out
             u[2] += comp.latency_s
+            u[3] += comp.finish_reason == "length"
             alive.append(p)
         turn += 1
     failed_set = set(failed)
@@ -72,11 +79,12 @@ async def answer_prompts(
             tokens_in=int(usage[p.id][0]),
             tokens_out=int(usage[p.id][1]),
             latency_s=usage[p.id][2],
+            truncated=int(usage[p.id][3]),
         )
         for p in prompts
         if p.id not in failed_set
     ]
-    store.put_answers(answers)
+    store.put_answers(answers, set_name)
     # An answer from an earlier run (other settings) must not stand in for one that failed now.
-    store.delete_answers(model_name, failed)
+    store.delete_answers(model_name, failed, set_name)
     return AnswerResult(answers=answers, incomplete=failed, stats=stats)

@@ -217,7 +217,7 @@ def winrates(
 
     if not (workspace / "arena.db").is_file():
         raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
-    with Store(workspace) as store:
+    with Store(workspace, readonly=True) as store:
         cfg = pipeline.load_saved_config(store)
         battles = store.get_battles(cfg.judge.name)
         ratings = pipeline.stage_ratings(cfg, store)
@@ -283,7 +283,7 @@ def report(
 
 
 def _style_board(workspace: Path, json_out: bool) -> None:
-    with Store(workspace) as store:
+    with Store(workspace, readonly=True) as store:
         result = pipeline.stage_style_control(pipeline.load_saved_config(store), store)
     rows = result.to_rows()
     if json_out:
@@ -333,6 +333,42 @@ def serve(
         spec = cfg.model(model)
     engine = build_engine(spec)
     run_server(spec.name, engine, host=host, port=port)
+
+
+@app.command()
+@user_errors
+def forget(
+    workspace: Annotated[Path, typer.Argument(help="workspace directory")],
+    model: Annotated[list[str], typer.Option("--model", "-m", help="model (config name) to forget; repeatable")],
+) -> None:
+    """Forget models: drop their answers, the judgments and battles they took part in, and the ledger calls they made.
+
+    The next run asks those models again (a model retrained elsewhere, a wrong prompt format). Other
+    models' answers and the judge's cached verdicts on other pairs stay.
+    """
+    with Store(workspace, readonly=True):
+        pass  # a missing workspace is an error, never created
+    with Store(workspace) as store:
+        for name in model:
+            n = store.forget_model(name)
+            err_console.print(f"forgot {name}: {n['answers']} answers, {n['judgments']} judgments, {n['battles']} "
+                              f"battles, {n['ledger']} ledger calls", highlight=False)
+            if n["ledger_unattributed"]:
+                err_console.print(f"[yellow]{n['ledger_unattributed']} ledger calls predate who-asked records and "
+                                  "were kept", highlight=False)
+
+
+@app.command()
+@user_errors
+def vacuum(workspace: Annotated[Path, typer.Argument(help="workspace directory")]) -> None:
+    """Drop superseded rows (answers, judgments, battles of prompts no longer in their set; failed calls) and shrink arena.db."""
+    with Store(workspace, readonly=True):
+        pass
+    with Store(workspace) as store:
+        n = store.vacuum()
+    err_console.print(
+        f"dropped {n['answers']} answers, {n['judgments']} judgments, {n['battles']} battles, {n['failed_calls']} "
+        f"failed calls; arena.db {n['bytes_before'] / 1e6:.2f} MB -> {n['bytes_after'] / 1e6:.2f} MB", highlight=False)
 
 
 @app.command()

@@ -91,7 +91,7 @@ def build_report(workspace: str | Path) -> str:
     root = Path(workspace)
     if not (root / "arena.db").is_file():
         raise ArenaError(f"{root} is not a workspace (no arena.db): give the directory a run wrote to")
-    with Store(root) as store:
+    with Store(root, readonly=True) as store:
         cfg = load_saved_config(store)
         ratings = stage_ratings(cfg, store)
         battles = store.get_battles(cfg.judge.name)

@@ -26,6 +26,16 @@ CAPITALS = {
     "Hungary": "Budapest", "Denmark": "Copenhagen", "Belgium": "Brussels", "Netherlands": "Amsterdam",
     "Switzerland": "Bern", "South Korea": "Seoul", "Iran": "Tehran", "Iraq": "Baghdad", "Nigeria": "Abuja",
     "Morocco": "Rabat", "Colombia": "Bogota",
+    "Venezuela": "Caracas", "Ecuador": "Quito", "Bolivia": "Sucre", "Uruguay": "Montevideo",
+    "Paraguay": "Asuncion", "Jamaica": "Kingston", "Iceland": "Reykjavik", "Czechia": "Prague",
+    "Slovakia": "Bratislava", "Romania": "Bucharest", "Bulgaria": "Sofia", "Serbia": "Belgrade",
+    "Croatia": "Zagreb", "Ukraine": "Kyiv", "Estonia": "Tallinn", "Latvia": "Riga", "Lithuania": "Vilnius",
+    "Saudi Arabia": "Riyadh", "Israel": "Jerusalem", "Jordan": "Amman", "Lebanon": "Beirut", "Syria": "Damascus",
+    "Pakistan": "Islamabad", "Afghanistan": "Kabul", "Nepal": "Kathmandu", "Bangladesh": "Dhaka",
+    "Indonesia": "Jakarta", "Malaysia": "Kuala Lumpur", "Philippines": "Manila", "Singapore": "Singapore",
+    "Mongolia": "Ulaanbaatar", "New Zealand": "Wellington", "Ethiopia": "Addis Ababa", "Ghana": "Accra",
+    "Senegal": "Dakar", "Tunisia": "Tunis", "Algeria": "Algiers", "Uganda": "Kampala", "Tanzania": "Dodoma",
+    "Zimbabwe": "Harare",
 }
 WORDS = [
     "apple", "banana", "cherry", "garden", "rocket", "silver", "planet", "window", "yellow", "market",
@@ -229,17 +239,22 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[str, str, str, dict]]] = {
 }
 
 
-def generate_tasks(n: int, seed: int = 0, categories: list[str] | None = None) -> list[Prompt]:
+def generate_tasks(n: int, seed: int = 0, categories: list[str] | None = None,
+                   exclude: set[str] | frozenset[str] = frozenset()) -> list[Prompt]:
     """Return ``n`` distinct task prompts spread evenly over ``categories`` (all by default).
 
-    The same (n, seed, categories) always gives the same prompts; ids are a
+    The same (n, seed, categories, exclude) always gives the same prompts; ids are a
     hash of the question, so a prompt keeps its id whatever else is generated.
+    ``exclude``: questions never to generate (compared without case and surrounding space),
+    e.g. the few-shot examples of the contestants' prompt formats: a model shown the answer
+    in its prompt must not be tested on it.
     """
     cats = list(categories or CATEGORIES)
     unknown = [c for c in cats if c not in GENERATORS]
     if unknown:
         raise ValueError(f"unknown task categories {unknown}; known: {', '.join(CATEGORIES)}")
     rng = random.Random(seed)
+    banned = {q.strip().lower() for q in exclude}
     seen: set[str] = set()
     out: list[Prompt] = []
     attempts = 0
@@ -249,7 +264,7 @@ def generate_tasks(n: int, seed: int = 0, categories: list[str] | None = None) -
         attempts += 1
         if attempts > 50 * n + 1000:
             raise ValueError(f"cannot make {n} distinct prompts from categories {cats}; ask for fewer")
-        if question in seen:
+        if question in seen or question.strip().lower() in banned:
             continue
         seen.add(question)
         pid = "task-" + hashlib.sha1(question.encode()).hexdigest()[:12]
