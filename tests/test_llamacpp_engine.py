@@ -9,6 +9,8 @@ from arena_learning.engines import build_engine
 from arena_learning.engines.base import Request, RequestTooLarge, render_completion_prompt
 from arena_learning.engines.llamacpp import load_llama
 
+pytestmark = pytest.mark.slow  # every test here loads the bundled model
+
 TEMPLATE = "{{ bos_token }}{% for m in messages %}<{{ m.role }}> {{ m.content }}\n{% endfor %}<assistant>"
 
 

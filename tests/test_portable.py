@@ -27,6 +27,7 @@ def test_the_build_options_are_portable():
     assert llama_build.BUILD_TAG in llama_build.wheel_dir().name and llama_build.VERSION in llama_build.wheel_dir().name
 
 
+@pytest.mark.slow  # loads the bundled model
 def test_the_installed_library_is_the_portable_build_and_generates():
     report = llama_check.run_probe()
     assert report["ok"], report
@@ -82,6 +83,7 @@ def test_doctor_reports_a_crashing_library_and_exits_2(crashing_llama):
     assert "Illegal instruction" in report["smoke_generation"]["error"]
 
 
+@pytest.mark.slow  # loads the bundled model
 def test_doctor_json_has_what_a_bug_report_needs():
     proc = subprocess.run([*ARENA, "doctor", "--json"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -95,6 +97,7 @@ def test_doctor_json_has_what_a_bug_report_needs():
     assert report["bundled_model"]["identity"].startswith("sha256:") and os.path.isfile(report["bundled_model"]["path"])
 
 
+@pytest.mark.slow  # loads the bundled model
 def test_a_success_is_cached_per_build(tmp_path, monkeypatch):
     monkeypatch.setenv("ARENA_CACHE", str(tmp_path))
     monkeypatch.setattr(llama_check, "_passed", False)

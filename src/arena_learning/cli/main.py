@@ -16,6 +16,7 @@ from .. import pipeline
 from ..engines.calls import CallStats
 from ..config import ModelsFile, RunConfig, load_config_file
 from .errors import user_errors
+from .tables import print_leaderboard
 from ..errors import ArenaError
 from ..records import Rating
 from ..store import Store
@@ -63,21 +64,6 @@ def print_call_stats(report: pipeline.AnswerReport, store: Store) -> None:
     if total.errors:
         err_console.print(f"[yellow]{total.failed} calls failed; they are retried on the next run. First error:[/] "
                           f"{total.errors[0]}", highlight=False)
-
-
-def print_leaderboard(ratings: list[Rating], title: str = "leaderboard") -> None:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    width = max((len(r.model) for r in ratings), default=5)
-    for col in ("rank", "model", "rating", "95% CI", "wins", "losses", "ties", "battles"):
-        if col == "model":
-            table.add_column(col, no_wrap=True, min_width=width)
-        else:
-            table.add_column(col, justify="right", no_wrap=True)
-    for r in ratings:
-        ci = f"{r.ci_low:.0f}..{r.ci_high:.0f}" if r.ci_low is not None and r.ci_high is not None else "-"
-        table.add_row(str(r.rank or ""), r.model, f"{r.rating:.1f}", ci, str(r.wins), str(r.losses), str(r.ties),
-                      str(r.battles))
-    console.print(table)
 
 
 @app.command()

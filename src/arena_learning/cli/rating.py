@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import reporting_errors as _user_errors
+from .tables import print_leaderboard
 from ..errors import ArenaError
 from ..records import Rating
 from ..rating.export import ratings_to_json, write_leaderboard_csv
@@ -48,28 +49,6 @@ def register(app: typer.Typer) -> None:
 
 def _fmt(x: Optional[float], digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def print_leaderboard(ratings: list[Rating], *, title: str, extra: dict[str, dict[str, float]] | None = None) -> None:
-    """Print ``ratings`` as a rich table on stdout; ``extra`` adds columns (name -> model -> value)."""
-    table = Table(title=title)
-    table.add_column("rank", justify="right", no_wrap=True)
-    table.add_column("CI rank", justify="right", no_wrap=True)
-    table.add_column("model", no_wrap=True, overflow="fold", ratio=1)
-    table.add_column("rating", justify="right", no_wrap=True)
-    table.add_column("95% CI", justify="right", no_wrap=True)
-    table.add_column("W-L-T", justify="right", no_wrap=True)
-    for name in extra or {}:
-        table.add_column(name, justify="right", no_wrap=True)
-    for r in ratings:
-        ci = "-" if r.ci_low is None or r.ci_high is None else f"{r.ci_low - r.rating:+.0f}/{r.ci_high - r.rating:+.0f}"
-        cells = [
-            str(r.rank), "-" if r.rank_ci is None else str(r.rank_ci), r.model, _fmt(r.rating), ci,
-            f"{r.wins}-{r.losses}-{r.ties}",
-        ]
-        cells += [_fmt((extra or {})[name].get(r.model)) for name in extra or {}]
-        table.add_row(*cells)
-    Console().print(table)
 
 
 def ratings_command(
