@@ -213,7 +213,7 @@ def test_jsonl_labels_accept_question_id_and_name_bad_lines(tmp_path):
     labels = read_human_labels(path)
     assert [(lab.prompt_id, lab.winner) for lab in labels.labels] == [("81", B)]
     assert labels.bad == 3
-    assert labels.errors[0].startswith(f"{path}:2: not valid JSON")
+    assert labels.errors[0].startswith(f"{path}:2: invalid JSON")
     assert labels.errors[1] == f"{path}:3: no winner field"
     assert labels.errors[2] == f"{path}:4: not a JSON object"
 

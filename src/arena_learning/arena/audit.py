@@ -26,8 +26,6 @@ Every function takes records and returns numbers; only ``read_human_labels`` rea
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -36,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArenaError
+from ..readers import iter_rows
 from ..records import Answer, Battle, Judgment, Outcome
 
 LO_WINS, HI_WINS, TIE = 0, 1, 2
@@ -360,26 +359,28 @@ def read_human_labels(path: str | Path) -> HumanLabels:
     p = Path(path)
     if not p.is_file():
         raise ArenaError(f"human label file {p} does not exist: give a CSV or JSONL file of labels")
-    suffix = p.suffix.lower()
-    if suffix in (".csv", ".tsv"):
-        rows = _csv_rows(p, "\t" if suffix == ".tsv" else ",")
-    elif suffix in (".jsonl", ".ndjson", ".json"):
-        rows = _json_rows(p)
-    else:
-        raise ArenaError(f"{p}: unknown label file type {p.suffix!r}: use .csv, .tsv, .jsonl or .json")
+    if p.suffix.lower() not in (".csv", ".tsv", ".jsonl", ".ndjson", ".json", ".parquet"):
+        raise ArenaError(f"{p}: unknown label file type {p.suffix!r}: use .csv, .tsv, .jsonl, .json or .parquet")
     labels: list[HumanLabel] = []
     errors: list[str] = []
     n_rows = bad = 0
-    for where, row in rows:
+    checked = False
+    for row in iter_rows(p):
+        if row.kind == "empty_file":
+            raise ArenaError(f"{p} is empty: it needs a header (or records) with {', '.join(LABEL_COLUMNS)}")
         n_rows += 1
-        if isinstance(row, str):  # a line that is not a JSON object: the reason
+        reason = row.reason if row.kind is not None else ("" if isinstance(row.data, dict) else "not a JSON object")
+        if not reason and not checked and p.suffix.lower() in (".csv", ".tsv"):
+            _check_columns(p, row.data)  # a CSV's header names the columns of every row
+            checked = True
+        if reason:
             bad += 1
-            _keep(errors, f"{where}: {row}")
+            _keep(errors, f"{row.where}: {reason}")
             continue
-        label, reason = _label(row, where)
+        label, reason = _label(row.data, row.where)
         if label is None:
             bad += 1
-            _keep(errors, f"{where}: {reason}")
+            _keep(errors, f"{row.where}: {reason}")
         else:
             labels.append(label)
     if not labels:
@@ -490,41 +491,6 @@ def _kappa(confusion: list[list[int]]) -> float | None:
 def _keep(errors: list[str], message: str) -> None:
     if len(errors) < MAX_ERRORS_KEPT:
         errors.append(message)
-
-
-def _csv_rows(path: Path, delimiter: str):
-    """Yield ("file:line", row dict) of a CSV file; the header is line 1."""
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh, delimiter=delimiter)
-        if reader.fieldnames is None:
-            raise ArenaError(f"{path} is empty: it needs a header with {', '.join(LABEL_COLUMNS)}")
-        _check_columns(path, {name: "" for name in reader.fieldnames})
-        for row in reader:
-            # line_num is the line the row ends on (a quoted field may span lines)
-            yield f"{path}:{reader.line_num}", row
-
-
-def _json_rows(path: Path):
-    """Yield ("file:line", object or reason) of a JSONL file, or of a JSON array ("file:item N")."""
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ArenaError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-        for k, item in enumerate(items, 1):
-            yield f"{path}:item {k}", item if isinstance(item, dict) else "not a JSON object"
-        return
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as err:
-            yield f"{path}:{lineno}", f"not valid JSON ({err.msg})"
-            continue
-        yield f"{path}:{lineno}", item if isinstance(item, dict) else "not a JSON object"
 
 
 def _check_columns(path: Path, row: Mapping[str, Any]) -> None:

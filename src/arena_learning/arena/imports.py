@@ -13,13 +13,12 @@ as ``arena ingest`` gives prompts, so imported answers meet their prompts.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArenaError
+from ..readers import bad_bytes, iter_rows
 from ..records import Answer
 
 
@@ -64,38 +63,19 @@ def answer_from_record(rec: dict[str, Any], where: str, model: str | None = None
     return Answer(prompt_id=str(pid), model=str(name), turns=turns)
 
 
-def _records(path: Path) -> Iterator[tuple[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ArenaError(f"{path}: not UTF-8 text (byte {err.start}); convert it to UTF-8 and import again") from None
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except ValueError as err:
-            raise ArenaError(f"{path}: not valid JSON ({err}); fix the file or give JSONL") from None
-        for i, rec in enumerate(data):
-            yield f"{path}[{i}]", rec
-        return
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield f"{path}:{lineno}", json.loads(line)
-        except ValueError as err:
-            yield f"{path}:{lineno}", err
-
-
 def read_answers(paths: list[Path], model: str | None = None) -> ImportReport:
     """Return the answers in ``paths``; bad lines are listed as skipped with file:line and the reason."""
     report = ImportReport()
     for path in paths:
         if not path.is_file():
             raise ArenaError(f"answer file not found: {path}")
-        for where, rec in _records(path):
-            if isinstance(rec, Exception):
-                report.skipped.append(f"{where}: invalid JSON: {rec}")
+        for row in iter_rows(path):
+            where, rec = row.where, row.data
+            if row.kind is not None:
+                report.skipped.append(f"{where}: {row.reason}")
+                continue
+            if bad_bytes(rec):
+                report.skipped.append(f"{where}: not valid UTF-8; re-encode the file as UTF-8")
                 continue
             if not isinstance(rec, dict):
                 report.skipped.append(f"{where}: a record must be a JSON object")

@@ -24,18 +24,16 @@ in the accumulator either way, so the caller can store them before stopping.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
-import re
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArenaError
+from ..readers import ReadError, Row, bad_bytes
+from ..readers import iter_rows as _iter_rows
 from ..records import Prompt
 from .settings import SourceFormat, SourceSpec
 
@@ -52,12 +50,10 @@ MAX_PROBLEMS = 1000
 _ID_KEYS = ("id", "uid", "question_id", "conversation_id")
 _LIST_COLUMNS = ("conversations", "messages", "turns", "reference", "conversation")
 
-# U+DC80..U+DCFF: where ``surrogateescape`` puts bytes that are not UTF-8.
-_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 
-class IngestError(ArenaError):
-    """A bad input in strict mode, or an input that cannot be read at all."""
+IngestError = ReadError
+"""A bad input in strict mode, or an input that cannot be read at all."""
 
 
 class RecordError(ValueError):
@@ -74,14 +70,6 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.reason}"
-
-
-@dataclass
-class _Row:
-    where: str
-    data: Any = None
-    kind: str | None = None  # set when the row could not be read: the count key
-    reason: str = ""
 
 
 # ---- layouts: one record -> one Prompt ---------------------------------------------
@@ -308,284 +296,9 @@ READERS: dict[str, Callable[[dict[str, Any], str], Prompt]] = {
 # ---- containers: a path -> rows with their location --------------------------------
 
 
-def _bad_bytes(value: Any) -> bool:
-    """Return whether a decoded value holds bytes that were not UTF-8."""
-    if isinstance(value, str):
-        return bool(_ESCAPED_BYTE.search(value))
-    if isinstance(value, dict):
-        return any(_bad_bytes(k) or _bad_bytes(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_bad_bytes(v) for v in value)
-    return False
-
-
-def _utf8_reason(raw: bytes) -> str:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        return f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1}); re-encode the file as UTF-8"
-    return "not valid UTF-8; re-encode the file as UTF-8"
-
-
-def _iter_jsonl_bytes(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterator[_Row]:
-    decoder = json.JSONDecoder()
-    for lineno, raw in lines:
-        where = f"{path}:{lineno}"
-        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        if not raw.strip():
-            continue
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            yield _Row(where, kind="not_utf8", reason=_utf8_reason(raw))
-            continue
-        try:
-            value, end = decoder.raw_decode(line.strip())
-        except json.JSONDecodeError as err:
-            yield _Row(where, kind="bad_json", reason=f"invalid JSON at column {err.colno}: {err.msg}")
-            continue
-        if line.strip()[end:].strip():
-            yield _Row(where, kind="bad_json", reason=f"invalid JSON: extra data after column {end}")
-            continue
-        yield _Row(where, value)
-
-
-def _iter_jsonl(path: Path) -> Iterator[_Row]:
-    with open(path, "rb") as fh:
-        yield from _iter_jsonl_bytes(path, enumerate(fh, 1))
-
-
-class _LineCounter:
-    """Line number of a character offset, for offsets that only grow."""
-
-    def __init__(self, text: str):
-        self.text, self.pos, self.line = text, 0, 1
-
-    def at(self, offset: int) -> int:
-        self.line += self.text.count("\n", self.pos, offset)
-        self.pos = offset
-        return self.line
-
-
-def _skip_ws(text: str, i: int) -> int:
-    n = len(text)
-    while i < n and text[i] in " \t\r\n":
-        i += 1
-    return i
-
-
-def _iter_json(path: Path) -> Iterator[_Row]:
-    raw = path.read_bytes()
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    # surrogateescape keeps the rest of a file readable when one record holds bad bytes;
-    # that record is then reported on its own line (see _bad_bytes).
-    text = raw.decode("utf-8", errors="surrogateescape")
-    lines = _LineCounter(text)
-    decoder = json.JSONDecoder()
-    i = _skip_ws(text, 0)
-    if text.startswith("{", i):
-        try:
-            value, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError as err:
-            yield _Row(f"{path}:{err.lineno}", kind="bad_json", reason=f"invalid JSON at column {err.colno}: {err.msg}")
-            return
-        if _skip_ws(text, end) < len(text):
-            # More values follow the first object: this is JSON Lines named .json.
-            yield from _iter_jsonl_bytes(path, enumerate(raw.splitlines(keepends=True), 1))
-            return
-        records = _records_of_object(value)
-        if records is None:
-            yield _Row(f"{path}:{lines.at(i)}", value)
-        else:
-            key = next(k for k, v in value.items() if v is records)
-            starts = _item_starts(text, _member_starts(text, i, decoder)[key], decoder)
-            for record, start in zip(records, starts):
-                yield _Row(f"{path}:{lines.at(start)}", record)
-        return
-    if not text.startswith("[", i):
-        yield _Row(f"{path}:{lines.at(i)}", kind="bad_json", reason="expected a JSON list or object")
-        return
-    i += 1
-    while True:
-        i = _skip_ws(text, i)
-        if i >= len(text):
-            yield _Row(
-                f"{path}:{lines.at(i)}",
-                kind="bad_json",
-                reason="the file ends inside the top-level list (truncated?); records before this line were read",
-            )
-            return
-        if text[i] == "]":
-            return
-        start_line = lines.at(i)
-        try:
-            value, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError as err:
-            # There is no reliable way to find the next record after broken JSON: stop here.
-            yield _Row(
-                f"{path}:{err.lineno}",
-                kind="bad_json",
-                reason=f"invalid JSON at column {err.colno}: {err.msg}; the rest of the file was not read",
-            )
-            return
-        yield _Row(f"{path}:{start_line}", value)
-        i = _skip_ws(text, end)
-        if i < len(text) and text[i] == ",":
-            i += 1
-        elif i < len(text) and text[i] == "]":
-            return
-        elif i < len(text):
-            yield _Row(f"{path}:{lines.at(i)}", kind="bad_json", reason="expected ',' or ']' after a record")
-            return
-
-
-def _member_starts(text: str, i: int, decoder: json.JSONDecoder) -> dict[str, int]:
-    """Return the offset of each member's value in the valid JSON object at ``text[i]``, by key."""
-    # A repeated key keeps its last offset, as json keeps its last value.
-    starts: dict[str, int] = {}
-    i = _skip_ws(text, i + 1)
-    while text[i] != "}":
-        key, i = decoder.raw_decode(text, i)
-        i = _skip_ws(text, _skip_ws(text, i) + 1)  # past the ':'
-        starts[key] = i
-        _, i = decoder.raw_decode(text, i)
-        i = _skip_ws(text, i)
-        if text[i] == ",":
-            i = _skip_ws(text, i + 1)
-    return starts
-
-
-def _item_starts(text: str, i: int, decoder: json.JSONDecoder) -> list[int]:
-    """Return the offset of each item of the valid JSON list at ``text[i]``, in order."""
-    starts: list[int] = []
-    i = _skip_ws(text, i + 1)
-    while text[i] != "]":
-        starts.append(i)
-        _, i = decoder.raw_decode(text, i)
-        i = _skip_ws(text, i)
-        if text[i] == ",":
-            i = _skip_ws(text, i + 1)
-    return starts
-
-
-def _records_of_object(value: dict[str, Any]) -> list[Any] | None:
-    """Return the records of ``{"key": [records]}``, or None when the object is itself a record."""
-    if detect_layout(value) is not None:
-        return None
-    lists = [v for v in value.values() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)]
-    return lists[0] if len(lists) == 1 else None
-
-
-def _cell(value: str) -> Any:
-    return None if value == "" else value
-
-
-def _iter_csv(path: Path) -> Iterator[_Row]:
-    # Conversations can be long: lift the csv module's 128 KiB cell limit.
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as fh:
-        reader = csv.DictReader(fh, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
-        start = 2
-        try:
-            for row in reader:
-                where = f"{path}:{start}"
-                start = reader.line_num + 1
-                if None in row:
-                    yield _Row(where, kind="bad_record", reason="more cells than the header has columns")
-                    continue
-                yield _Row(where, {k: _cell(v) if v is not None else None for k, v in row.items()})
-        except csv.Error as err:
-            yield _Row(f"{path}:{reader.line_num}", kind="bad_record", reason=f"invalid CSV: {err}")
-
-
-def _iter_parquet(path: Path) -> Iterator[_Row]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as err:
-        raise IngestError(f"{path}: not a readable Parquet file ({err})") from None
-    n = 0
-    for batch in table.iter_batches(batch_size=4096):
-        for row in batch.to_pylist():
-            n += 1
-            yield _Row(f"{path}:row {n}", row)
-
-
-def _iter_hf_folder(path: Path) -> Iterator[_Row]:
-    if not any((path / name).exists() for name in ("dataset_info.json", "state.json", "dataset_dict.json")):
-        raise IngestError(
-            f"{path}: a folder must be a dataset saved with datasets' save_to_disk "
-            "(no dataset_info.json, state.json or dataset_dict.json here)"
-        )
-    import datasets
-
-    try:
-        loaded = datasets.load_from_disk(str(path))
-    except (FileNotFoundError, ValueError, OSError) as err:
-        raise IngestError(
-            f"{path}: not a loadable dataset folder ({err}); save it again with datasets' save_to_disk, "
-            "or give the data files inside it"
-        ) from None
-    splits = loaded.items() if isinstance(loaded, datasets.DatasetDict) else [(None, loaded)]
-    for split, ds in splits:
-        label = f"{path}[{split}]" if split is not None else str(path)
-        for n, row in enumerate(ds, 1):
-            yield _Row(f"{label}:row {n}", row)
-
-
-def _container(path: Path) -> str:
-    if path.is_dir():
-        return "hf"
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return "jsonl"
-    if suffix == ".json":
-        return "json"
-    if suffix in (".parquet", ".pq"):
-        return "parquet"
-    if suffix in (".csv", ".tsv"):
-        return "csv"
-    with open(path, "rb") as fh:
-        head = fh.read(4096)
-    if head.startswith(b"PAR1"):
-        return "parquet"
-    stripped = head.lstrip()
-    if stripped.startswith(b"["):
-        return "json"
-    if stripped.startswith(b"{"):
-        return "jsonl"
-    raise IngestError(f"{path}: unknown file type; use .json, .jsonl, .parquet, .csv or a dataset folder")
-
-
-def _is_empty(path: Path) -> bool:
-    size = path.stat().st_size
-    # Only a small file can be all whitespace in practice; never read a big one twice.
-    return size == 0 or (size < 1 << 16 and not path.read_bytes().strip())
-
-
-def iter_rows(path: str | Path) -> Iterator[_Row]:
-    """Yield the rows of a file or dataset folder with their ``file:line`` (or ``file:row N``)."""
-    p = Path(path)
-    if not p.exists():
-        raise IngestError(f"{p}: no such file or folder")
-    kind = _container(p)
-    if kind != "hf" and _is_empty(p):
-        yield _Row(f"{p}:1", kind="empty_file", reason="the file is empty")
-        return
-    if kind == "jsonl":
-        yield from _iter_jsonl(p)
-    elif kind == "json":
-        yield from _iter_json(p)
-    elif kind == "csv":
-        yield from _iter_csv(p)
-    elif kind == "parquet":
-        yield from _iter_parquet(p)
-    else:
-        yield from _iter_hf_folder(p)
+def iter_rows(path: str | Path) -> Iterator[Row]:
+    """Yield the rows of a conversation file (see ``readers.iter_rows``); a JSON object of a known layout is one record."""
+    return _iter_rows(path, is_record=lambda value: detect_layout(value) is not None)
 
 
 def _decode_list_cells(record: dict[str, Any]) -> dict[str, Any]:
@@ -656,7 +369,7 @@ class Ingestor:
                 counts["read"] += 1
                 self.report.counts["read"] += 1
             if row.kind is None:
-                if _bad_bytes(row.data):
+                if bad_bytes(row.data):
                     row.kind, row.reason = "not_utf8", "not valid UTF-8; re-encode the file as UTF-8"
                 else:
                     row.kind, row.reason, layout = self._take(row, layout, spec.format, name, is_csv, counts)
@@ -665,7 +378,7 @@ class Ingestor:
         return counts
 
     def _take(
-        self, row: _Row, layout: str | None, forced: SourceFormat, name: str, is_csv: bool, counts: Counter[str]
+        self, row: Row, layout: str | None, forced: SourceFormat, name: str, is_csv: bool, counts: Counter[str]
     ) -> tuple[str | None, str, str | None]:
         record = row.data
         if not isinstance(record, dict):
