@@ -9,8 +9,8 @@ import typer
 from typer.testing import CliRunner
 
 from arena_learning.arena.audit import (
-    HI_WINS,
-    LO_WINS,
+    B_WINS,
+    A_WINS,
     TIE,
     audit_judge,
     battle_outcomes,
@@ -130,13 +130,13 @@ def j2_games():
 def test_battle_outcomes_are_the_majority_of_the_verdicts():
     # j1: p1 x twice; p2 split; p3 ties; p4 win + tie; p5 split; p6, p7 one game each
     assert battle_outcomes(j1_games()) == {
-        ("p1", "x", "y"): LO_WINS,
+        ("p1", "x", "y"): A_WINS,
         ("p2", "x", "y"): TIE,
         ("p3", "x", "y"): TIE,
-        ("p4", "x", "y"): LO_WINS,
+        ("p4", "x", "y"): A_WINS,
         ("p5", "x", "y"): TIE,
-        ("p6", "x", "y"): LO_WINS,
-        ("p7", "x", "y"): HI_WINS,
+        ("p6", "x", "y"): A_WINS,
+        ("p7", "x", "y"): B_WINS,
     }
 
 

@@ -13,6 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 Outcome = Literal["model_a", "model_b", "tie"]
 """A battle's result, in Chatbot Arena / FastChat wording."""
 
+A_WINS, B_WINS, TIE = 0, 1, 2
+"""The same outcomes as small integer codes (int8 arrays in rating, counts in audits), the one set every
+module uses: model_a (the first of the pair as the caller orders it) wins, model_b wins, tie."""
+OUTCOME_CODE: dict[str, int] = {"model_a": A_WINS, "model_b": B_WINS, "tie": TIE}
+
 
 class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -35,9 +35,9 @@ from typing import Any
 
 from ..errors import ArenaError
 from ..readers import iter_rows
-from ..records import Answer, Battle, Judgment, Outcome
+from ..records import A_WINS, B_WINS, TIE, Answer, Battle, Judgment, Outcome
 
-LO_WINS, HI_WINS, TIE = 0, 1, 2
+# Outcome codes of a pair oriented by name (the alphabetically first model as model_a): the records' codes.
 """Outcome codes of a battle within its pair, models in name order (lo < hi)."""
 
 OUTCOME_NAMES = ("first model of the pair (name order) wins", "second model wins", "tie")
@@ -242,7 +242,7 @@ class Agreement:
 
 
 def battle_outcomes(records: Sequence[Judgment] | Sequence[Battle]) -> dict[BattleKey, int]:
-    """Return the outcome code (LO_WINS, HI_WINS, TIE) of each battle of one judge.
+    """Return the outcome code (A_WINS, B_WINS, TIE) of each battle of one judge.
 
     Judgments: the majority of the scored games' verdicts, orders shown pooled (each win a
     point, a tie half a point each; equal points is a tie); failed games are left out.
@@ -271,10 +271,10 @@ def battle_outcomes(records: Sequence[Judgment] | Sequence[Battle]) -> dict[Batt
             continue
         key = _key(j.prompt_id, j.model_a, j.model_b)
         code = _oriented(j.verdict, j.model_a, key)
-        points[key][0] += 1.0 if code == LO_WINS else 0.5 if code == TIE else 0.0
+        points[key][0] += 1.0 if code == A_WINS else 0.5 if code == TIE else 0.0
         points[key][1] += 1.0
     return {
-        key: LO_WINS if lo_points * 2 > games else HI_WINS if lo_points * 2 < games else TIE
+        key: A_WINS if lo_points * 2 > games else B_WINS if lo_points * 2 < games else TIE
         for key, (lo_points, games) in points.items()
     }
 
@@ -406,7 +406,7 @@ def _oriented(outcome: str, model_a: str, key: BattleKey) -> int:
     if outcome == "tie":
         return TIE
     a_won = outcome == "model_a"
-    return LO_WINS if a_won == (model_a == key[1]) else HI_WINS
+    return A_WINS if a_won == (model_a == key[1]) else B_WINS
 
 
 def _first_result(verdict: str | None) -> int:
@@ -471,10 +471,10 @@ def _agreement(name_x: str, name_y: str, pairs: Sequence[tuple[int, int]], only_
 def _kappa(confusion: list[list[int]]) -> float | None:
     """Return Cohen's kappa of a 3 x 3 table made symmetric in the pair's two models.
 
-    Swapping the models maps LO_WINS <-> HI_WINS on both sides; adding the swapped table
+    Swapping the models maps A_WINS <-> B_WINS on both sides; adding the swapped table
     makes the win/loss marginals equal, so kappa does not depend on name order.
     """
-    swap = (HI_WINS, LO_WINS, TIE)
+    swap = (B_WINS, A_WINS, TIE)
     table = [[confusion[i][j] + confusion[swap[i]][swap[j]] for j in range(3)] for i in range(3)]
     total = sum(map(sum, table))
     if total == 0:

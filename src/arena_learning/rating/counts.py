@@ -21,16 +21,17 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import scipy.sparse as sp
 
 from ..errors import ArenaError
-from ..records import Battle
+from ..records import A_WINS, B_WINS, TIE, Battle  # the one set of outcome codes
+from ..records import OUTCOME_CODE as OUTCOME_CODES
 
-A_WINS, B_WINS, TIE = 0, 1, 2
-"""Outcome codes of ``BattleTable.outcome`` (for model_a/model_b) and of cells (for i/j)."""
+if TYPE_CHECKING:  # scipy.sparse is imported where it is used: it costs ~0.1 s at start-up
+    import scipy.sparse as sp
 
-OUTCOME_CODES = {"model_a": A_WINS, "model_b": B_WINS, "tie": TIE}
 
 RESAMPLE_CHOICES = ("prompt", "battle")
 
@@ -219,6 +220,8 @@ class PromptPatterns:
 
     @classmethod
     def from_table(cls, table: BattleTable, cells: CellCounts) -> PromptPatterns:
+        import scipy.sparse as sp
+
         n_prompts = table.n_prompts
         ones = np.ones(table.n_battles, dtype=np.int64)
         x = sp.csr_matrix((ones, (table.prompt, cells.battle_cell)), shape=(n_prompts, cells.n_cells))
