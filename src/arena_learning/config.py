@@ -138,11 +138,13 @@ class ModelSpec(Section):
     """A contestant (or judge) model: which engine runs it and how it is prompted."""
 
     name: str = Field(min_length=1)
-    engine: Literal["llamacpp", "openai", "imported"] = Field(
-        description="llamacpp (in-process GGUF), openai (any OpenAI-compatible endpoint) or imported "
-        "(answers loaded with `arena import-answers`, no model to run)"
+    engine: Literal["llamacpp", "openai", "imported", "transformers"] = Field(
+        description="llamacpp (in-process GGUF), openai (any OpenAI-compatible endpoint), imported "
+        "(answers loaded with `arena import-answers`, no model to run) or transformers (in-process Hugging Face "
+        "model folder, batched; what the flywheel trains)"
     )
-    model: str = Field("bundled", description="'bundled', a GGUF path (llamacpp) or a served model id (openai)")
+    model: str = Field("bundled", description="'bundled', a GGUF path (llamacpp), a served model id (openai) or a "
+                       "Hugging Face model folder, a GGUF path or 'bundled' (transformers)")
     mode: Literal["chat", "completion"] = "chat"
     chat_format: str | None = Field(None, description="llama.cpp chat format name, e.g. 'gemma' or 'chatml'")
     chat_template: str | None = Field(
@@ -154,6 +156,9 @@ class ModelSpec(Section):
     # llamacpp
     n_ctx: int = 2048
     n_threads: int | None = None
+    # transformers
+    batch_size: int = Field(16, ge=1, description="transformers: prompts generated together in one batch")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="transformers: weights' dtype")
     # openai-compatible
     base_url: str | list[str] | None = None
     api_key_env: str | None = Field(None, description="name of the environment variable that holds the API key")

@@ -19,4 +19,8 @@ def build_engine(spec: ModelSpec) -> Engine:
         from .openai_compat import OpenAIEngine
 
         return OpenAIEngine(spec)
-    raise EngineError(f"model {spec.name!r}: unknown engine {spec.engine!r} (use 'llamacpp' or 'openai')")
+    if spec.engine == "transformers":
+        from .transformers_engine import TransformersEngine
+
+        return TransformersEngine(spec)
+    raise EngineError(f"model {spec.name!r}: unknown engine {spec.engine!r} (use 'llamacpp', 'openai' or 'transformers')")

@@ -1,0 +1,136 @@
+"""Settings of the flywheel's training stages (validated config sections).
+
+Defaults are the paper's documented hyperparameters (WizardArena / Arena Learning, NeurIPS 2024,
+appendix: SFT lr 5e-6, 3 epochs, batch 128; DPO lr 5e-7, beta 0.3, 2 epochs; reward model lr
+1e-6, 1 epoch; PPO lr 1e-7, KL 0.4), meant for 7B-70B models on GPUs. ``examples/flywheel.yaml``
+overrides them with values chosen so that a 270M model moves on a 2-core CPU in minutes (LoRA,
+higher learning rates, small batches, short sequences).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ..config import Section
+
+PAPER = {
+    "sft": {"learning_rate": 5e-6, "epochs": 3, "batch_size": 128},
+    "dpo": {"learning_rate": 5e-7, "beta": 0.3, "epochs": 2},
+    "rm": {"learning_rate": 1e-6, "epochs": 1},
+    "rl": {"learning_rate": 1e-7, "beta": 0.4},
+}
+"""The paper's hyperparameters (the defaults below)."""
+
+DPO_LOSSES = {
+    "sigmoid": "DPO (Rafailov et al. 2023, arXiv 2305.18290)",
+    "ipo": "IPO, identity preference optimisation (Azar et al. 2023, arXiv 2310.12036); beta is its tau",
+    "sigmoid_norm": "length-normalised DPO: mean instead of summed log-ratios (the length normalisation of SimPO, "
+                    "Meng et al. 2024, arXiv 2405.14734, kept with a reference model; Tulu 3, arXiv 2411.15124)",
+    "hinge": "SLiC hinge loss (Zhao et al. 2023, arXiv 2305.10425)",
+    "robust": "robust DPO for noisy labels (Chowdhury et al. 2024, arXiv 2403.00409); set label_smoothing",
+    "apo_zero": "anchored preference optimisation (D'Oosterlinck et al. 2024, arXiv 2408.06266)",
+    "exo_pair": "EXO (Ji et al. 2024, arXiv 2402.00856)",
+    "nca_pair": "NCA (Chen et al. 2024, arXiv 2402.05369)",
+    "bco_pair": "BCO (Jung et al. 2024, arXiv 2404.04656)",
+    "sppo_hard": "SPPO (Wu et al. 2024, arXiv 2405.00675)",
+    "discopop": "DiscoPOP (Chris Lu et al. 2024, arXiv 2406.08414)",
+    "aot": "alignment via optimal transport (Melnyk et al. 2024, arXiv 2406.05882)",
+    "aot_unpaired": "AOT, unpaired (Melnyk et al. 2024)",
+    "apo_down": "APO-down (D'Oosterlinck et al. 2024)",
+    "sft": "negative log-likelihood on the chosen answers; ['sigmoid', 'sft'] with loss_weights is RPO "
+           "(Pang et al. 2024, arXiv 2404.19733)",
+}
+"""The DPO losses TRL 1.16's DPOConfig offers (``loss_type``), with their sources."""
+
+
+class LoraSettings(Section):
+    """LoRA adapters (PEFT); merged into the weights after training, so the model serves as a plain folder."""
+
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: str | list[str] = Field("all-linear", description="PEFT target modules ('all-linear': every "
+                                            "projection of every layer)")
+
+
+class TrainSettings(Section):
+    """What every trainer shares. ``batch_size`` is the effective batch: micro-batches x accumulation."""
+
+    learning_rate: float = Field(5e-6, gt=0)
+    epochs: float = Field(3, gt=0)
+    max_steps: int = Field(-1, description="stop after this many optimizer steps (-1: epochs decide)")
+    batch_size: int = Field(128, ge=1, description="examples per optimizer step")
+    micro_batch_size: int = Field(8, ge=1, description="examples per forward pass (batch_size / this = accumulation)")
+    max_length: int = Field(1024, ge=8, description="tokens per sequence (prompt + answer); longer ones are cut")
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = Field(0.03, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    lora: LoraSettings | None = Field(default_factory=LoraSettings, description="LoRA; null: full fine-tuning")
+    save_steps: int = Field(10, ge=1, description="checkpoint every N steps (a killed run resumes from the last)")
+    logging_steps: int = Field(1, ge=1)
+    seed: int = 0
+    threads: int | None = Field(None, ge=1, description="torch threads (default: torch's choice, the cores)")
+
+    @property
+    def accumulation(self) -> int:
+        return max(1, self.batch_size // self.micro_batch_size)
+
+    @property
+    def micro(self) -> int:
+        return min(self.micro_batch_size, self.batch_size)
+
+
+class SFTSettings(TrainSettings):
+    """Supervised fine-tuning on harvested examples (TRL SFTTrainer). Loss on the answers only."""
+
+    completion_only_loss: bool = True
+
+
+class DPOSettings(TrainSettings):
+    """DPO on harvested pairs (TRL DPOTrainer); ``loss_type`` is any of DPOConfig's (see DPO_LOSSES)."""
+
+    learning_rate: float = 5e-7
+    epochs: float = 2
+    beta: float = Field(0.3, gt=0)
+    loss_type: list[str] = Field(default_factory=lambda: ["sigmoid"])
+    loss_weights: list[float] | None = None
+    label_smoothing: float = Field(0.0, ge=0.0, lt=0.5)
+    ld_alpha: float | None = Field(None, ge=0.0, le=1.0, description="LD-DPO length desensitisation (Liu et al. 2024, "
+                                   "arXiv 2409.06411): weight of the tokens beyond the shorter answer's length")
+
+    @model_validator(mode="after")
+    def _losses(self) -> DPOSettings:
+        bad = [x for x in self.loss_type if x not in DPO_LOSSES]
+        if bad:
+            raise ValueError(f"unknown DPO loss_type {bad}; TRL's DPOConfig offers: {', '.join(DPO_LOSSES)}")
+        return self
+
+
+class RMSettings(TrainSettings):
+    """Reward model on harvested pairs (TRL RewardTrainer), with the pairs' margins."""
+
+    learning_rate: float = 1e-6
+    epochs: float = 1
+    use_margin: bool = Field(True, description="subtract each pair's score gap inside the loss (Llama 2's margin)")
+
+
+class RLSettings(TrainSettings):
+    """The paper's PPO stage, on TRL's RLOO (or GRPO) trainer: sample, score with a reward, update.
+
+    ``reward: model`` scores completions with the reward model trained on the stage's pairs;
+    ``reward: verifier`` with the task suite's checkers (verifiable tasks). ``beta`` is the KL
+    coefficient against the starting model (the paper's PPO KL 0.4).
+    """
+
+    learning_rate: float = 1e-7
+    epochs: float = 1
+    batch_size: int = 16
+    micro_batch_size: int = 8
+    algorithm: Literal["rloo", "grpo"] = "rloo"
+    reward: Literal["model", "verifier"] = "model"
+    beta: float = Field(0.4, ge=0.0)
+    num_generations: int = Field(4, ge=2, description="completions sampled per prompt")
+    max_completion_length: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0.0)

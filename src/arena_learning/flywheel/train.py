@@ -1,0 +1,461 @@
+"""Training with TRL and PEFT: SFT, DPO, a reward model, and the RL stage (RLOO or GRPO).
+
+Each function takes harvested records, a base model folder and a stage folder, and leaves:
+
+- ``STAGE/model/``: the trained model as a plain Hugging Face folder (LoRA merged into the
+  weights), ready for the ``transformers`` engine (or vLLM); written under a temporary name and
+  renamed when complete, so a folder under that name is always whole;
+- ``STAGE/losses.json``: the trainer's log (loss, learning rate, ... per logging step), rewritten at
+  every log, and the summary once done;
+- ``STAGE/work/``: checkpoints every ``save_steps`` steps. A run killed anywhere (SIGKILL included)
+  resumes from the last complete checkpoint (one with its ``trainer_state.json``, which the Trainer
+  writes last); a stage whose ``model/`` exists is done and is not trained again.
+
+The data is rendered in the form the target is asked in: a completion-mode model (a base model
+with a ``prompt_format``) trains on the exact text the engine sends (``Question: ...\\nAnswer:``)
+with the answer as the completion; a chat-mode model trains on conversational rows through its
+chat template. Either way the loss is on the answers only.
+
+The paper's PPO stage: TRL 1.16 has no PPOTrainer. RLOO (Ahmadian et al. 2024, "Back to Basics",
+arXiv 2402.14740) is the default: REINFORCE with a leave-one-out baseline over k samples per prompt,
+which that paper finds matches or beats PPO for RLHF with a reward model, and which needs no value
+model (half of PPO's memory, important on a CPU); its ``beta`` is the KL coefficient against the
+starting model, as PPO's. GRPO (Shao et al. 2024, arXiv 2402.03300) is the other choice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import resource
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelSpec
+from ..engines.base import completion_stops, render_completion_prompt
+from ..engines.transformers_engine import clear_quantization, resolve_hf_folder
+from ..records import Prompt
+from .harvest import PreferenceItem, SFTItem
+from .settings import DPOSettings, RLSettings, RMSettings, SFTSettings, TrainSettings
+
+MODEL_DIR = "model"
+WORK_DIR = "work"
+LOSSES = "losses.json"
+DONE_MARK = ".arena-train.json"  # hidden: not part of the model's content identity
+
+
+@dataclass
+class TrainResult:
+    """What a training stage did."""
+
+    kind: str
+    model_dir: Path
+    examples: int
+    steps: int = 0
+    seconds: float = 0.0
+    train_loss: float | None = None
+    s_per_step: float | None = None
+    peak_rss_mb: float = 0.0
+    resumed_from: str | None = None
+    reused: bool = False
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"kind": self.kind, "model_dir": str(self.model_dir), "examples": self.examples, "steps": self.steps,
+                "seconds": round(self.seconds, 2), "train_loss": self.train_loss, "s_per_step": self.s_per_step,
+                "peak_rss_mb": round(self.peak_rss_mb, 1), "resumed_from": self.resumed_from}
+
+
+class NoTrainingData(ValueError):
+    """A stage was given no examples."""
+
+
+# ---- rendering records as the target is asked ----------------------------------------
+
+
+def _fmt(spec: ModelSpec | None):  # noqa: ANN202 - PromptFormat | None
+    return spec.prompt_format if spec is not None and spec.mode == "completion" else None
+
+
+def continuation_text(spec: ModelSpec, messages: Sequence[dict[str, str]]) -> str:
+    """Return assistant (and later user) turns as the completion-mode text that follows a prompt."""
+    fmt = spec.prompt_format
+    parts = []
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            parts.append(f" {m['content']}{fmt.assistant_suffix}")
+        elif m["role"] == "user":
+            parts.append(f"{fmt.user_prefix}{m['content']}{fmt.user_suffix}{fmt.assistant_prefix}")
+    return "".join(parts)
+
+
+def sft_training_rows(items: Sequence[SFTItem], spec: ModelSpec | None = None) -> list[dict[str, Any]]:
+    """Return prompt-completion rows: one per assistant turn, the conversation before it as the prompt.
+
+    Completion mode: text (``render_completion_prompt`` of the earlier turns, then `` answer`` and the
+    format's assistant suffix). Chat mode (or no spec): conversational messages.
+    """
+    fmt = _fmt(spec)
+    rows = []
+    for it in items:
+        msgs = it.messages
+        for i, m in enumerate(msgs):
+            if m["role"] != "assistant" or i == 0:
+                continue
+            before = msgs[:i]
+            if fmt is not None:
+                rows.append({"prompt": render_completion_prompt(fmt, before),
+                             "completion": f" {m['content']}{fmt.assistant_suffix}"})
+            else:
+                rows.append({"prompt": list(before), "completion": [m]})
+    return rows
+
+
+def pair_training_rows(items: Sequence[PreferenceItem], spec: ModelSpec | None = None,
+                       with_margin: bool = False) -> list[dict[str, Any]]:
+    """Return preference rows (prompt, chosen, rejected[, margin]) in the form the target is asked in."""
+    fmt = _fmt(spec)
+    rows = []
+    for it in items:
+        if fmt is not None:
+            row: dict[str, Any] = {"prompt": render_completion_prompt(fmt, it.prompt),
+                                   "chosen": continuation_text(spec, it.chosen),  # type: ignore[arg-type]
+                                   "rejected": continuation_text(spec, it.rejected)}  # type: ignore[arg-type]
+        else:
+            row = {"prompt": list(it.prompt), "chosen": list(it.chosen), "rejected": list(it.rejected)}
+        if with_margin:
+            row["margin"] = float(it.margin)
+        rows.append(row)
+    return rows
+
+
+def rl_prompt_rows(prompts: Sequence[Prompt], spec: ModelSpec | None = None) -> list[dict[str, Any]]:
+    """Return RL prompts (the first user turn of each) with their ids, for the reward function."""
+    fmt = _fmt(spec)
+    rows = []
+    for p in prompts:
+        user = [{"role": "user", "content": p.turns[0]}]
+        rows.append({"prompt": render_completion_prompt(fmt, user) if fmt is not None else user, "prompt_id": p.id})
+    return rows
+
+
+def clean_completion(spec: ModelSpec | None, text: str) -> str:
+    """Return ``text`` as the engine would have returned it: cut at the stop strings, stripped."""
+    if spec is None:
+        return text.strip()
+    stops = list(spec.params.stop)
+    if spec.mode == "completion":
+        stops = completion_stops(spec.prompt_format, stops)
+    cuts = [text.find(s) for s in stops if s and s in text]
+    if cuts:
+        text = text[: min(cuts)]
+    return text.strip()
+
+
+def verifier_reward(prompts: Sequence[Prompt], spec: ModelSpec | None = None) -> Callable[..., list[float]]:
+    """Return a TRL reward function: the task suite's checker score of each completion, scaled to 0-1."""
+    from ..tasks import check
+
+    by_id = {p.id: p for p in prompts}
+
+    def reward(prompts: list, completions: list, prompt_id: list[str], **_: Any) -> list[float]:  # noqa: ARG001
+        out = []
+        for pid, comp in zip(prompt_id, completions):
+            text = comp if isinstance(comp, str) else comp[-1]["content"]
+            out.append(check(by_id[pid], [clean_completion(spec, text)]) / 10.0)
+        return out
+
+    reward.__name__ = "verifier"
+    return reward
+
+
+# ---- the shared training road ---------------------------------------------------------
+
+
+def stage_done(stage: str | Path) -> bool:
+    """Return whether the stage folder holds a finished model."""
+    return (Path(stage) / MODEL_DIR / DONE_MARK).is_file()
+
+
+def last_checkpoint(work: Path) -> Path | None:
+    """Return the newest complete checkpoint in ``work`` (partial ones, from a killed save, are removed)."""
+    if not work.is_dir():
+        return None
+    found = []
+    for d in work.iterdir():
+        m = re.fullmatch(r"checkpoint-(\d+)", d.name)
+        if m and d.is_dir():
+            if (d / "trainer_state.json").is_file():
+                found.append((int(m.group(1)), d))
+            else:
+                shutil.rmtree(d, ignore_errors=True)
+    return max(found)[1] if found else None
+
+
+def _common_args(s: TrainSettings, work: Path, n_rows: int) -> dict[str, Any]:
+    import torch
+
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    return {
+        "output_dir": str(work),
+        "learning_rate": s.learning_rate,
+        "num_train_epochs": s.epochs,
+        "max_steps": s.max_steps,
+        "per_device_train_batch_size": s.micro,
+        "gradient_accumulation_steps": s.accumulation,
+        "lr_scheduler_type": s.lr_scheduler,
+        "warmup_steps": s.warmup_ratio,
+        "weight_decay": s.weight_decay,
+        "logging_steps": s.logging_steps,
+        "save_strategy": "steps",
+        "save_steps": s.save_steps,
+        "save_total_limit": 2,
+        "seed": s.seed,
+        "data_seed": s.seed,
+        "bf16": False,
+        "fp16": False,
+        "activation_checkpointing": False,
+        "report_to": "none",
+        "dataloader_num_workers": 0,
+        "use_cpu": not torch.cuda.is_available(),
+        "disable_tqdm": False,
+    }
+
+
+def _lora(s: TrainSettings, task: str = "CAUSAL_LM"):  # noqa: ANN202 - peft.LoraConfig | None
+    if s.lora is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=s.lora.r, lora_alpha=s.lora.alpha, lora_dropout=s.lora.dropout,
+                      target_modules=s.lora.target_modules, task_type=task)
+
+
+def _load_causal(base: Path):  # noqa: ANN202
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(base))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    return clear_quantization(model), tok
+
+
+def _loss_logger(path: Path, kind: str):  # noqa: ANN202 - a TrainerCallback
+    from transformers import TrainerCallback
+
+    class LossLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN003, ARG002
+            _write_json(path, {"kind": kind, "done": False, "log": state.log_history})
+
+    return LossLog()
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _finish(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float,
+            resumed: Path | None, train_out: Any) -> TrainResult:
+    """Merge LoRA, save the model folder atomically, write the losses; return the result."""
+    model = trainer.model
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model = clear_quantization(model)
+    final = stage / MODEL_DIR
+    tmp = stage / f".{MODEL_DIR}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tok.save_pretrained(str(tmp))
+    steps = int(trainer.state.global_step)
+    seconds = time.perf_counter() - started
+    loss = getattr(train_out, "training_loss", None)
+    runtime = (getattr(train_out, "metrics", None) or {}).get("train_runtime")
+    ran = steps - (int(resumed.name.split("-")[1]) if resumed is not None else 0)
+    result = TrainResult(kind=kind, model_dir=final, examples=n_rows, steps=steps, seconds=seconds,
+                         train_loss=float(loss) if loss is not None else None,
+                         s_per_step=(runtime / ran) if runtime and ran > 0 else None, peak_rss_mb=_peak_rss_mb(),
+                         resumed_from=str(resumed) if resumed else None, log=list(trainer.state.log_history))
+    (tmp / DONE_MARK).write_text(json.dumps(result.summary()))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _write_json(stage / LOSSES, {**result.summary(), "done": True, "log": result.log})
+    return result
+
+
+def _reuse(stage: Path, kind: str) -> TrainResult | None:
+    if not stage_done(stage):
+        return None
+    summary = json.loads((stage / MODEL_DIR / DONE_MARK).read_text())
+    log = []
+    with contextlib.suppress(OSError, ValueError):
+        log = json.loads((stage / LOSSES).read_text()).get("log", [])
+    return TrainResult(kind=kind, model_dir=stage / MODEL_DIR, examples=summary.get("examples", 0),
+                       steps=summary.get("steps", 0), seconds=summary.get("seconds", 0.0),
+                       train_loss=summary.get("train_loss"), s_per_step=summary.get("s_per_step"),
+                       peak_rss_mb=summary.get("peak_rss_mb", 0.0), reused=True, log=log)
+
+
+def _run(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float, retrain: bool) -> TrainResult:
+    work = stage / WORK_DIR
+    resume = None if retrain else last_checkpoint(work)
+    # Trainer logs print to stdout (tqdm.write); stdout is for results (--json), so send them to stderr.
+    with contextlib.redirect_stdout(sys.stderr):
+        out = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    result = _finish(trainer, tok, stage, kind, n_rows, started, resume, out)
+    shutil.rmtree(work, ignore_errors=True)  # the model is saved; checkpoints are no longer needed
+    return result
+
+
+def _prepare(stage: str | Path, base: str | Path, retrain: bool) -> tuple[Path, Path]:
+    stage = Path(stage)
+    stage.mkdir(parents=True, exist_ok=True)
+    if retrain:
+        shutil.rmtree(stage / WORK_DIR, ignore_errors=True)
+    return stage, resolve_hf_folder(str(base))
+
+
+# ---- the four trainers ----------------------------------------------------------------
+
+
+def train_sft(base: str | Path, items: Sequence[SFTItem], stage: str | Path, settings: SFTSettings | None = None,
+              *, spec: ModelSpec | None = None, retrain: bool = False) -> TrainResult:
+    """Fine-tune ``base`` on SFT examples (TRL SFTTrainer, loss on the answers); the model lands in STAGE/model."""
+    s = settings or SFTSettings()
+    stage_p = Path(stage)
+    if not retrain and (done := _reuse(stage_p, "sft")) is not None:
+        return done
+    rows = sft_training_rows(items, spec)
+    if not rows:
+        raise NoTrainingData("no SFT examples to train on")
+    started = time.perf_counter()
+    stage_p, base_p = _prepare(stage, base, retrain)
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    model, tok = _load_causal(base_p)
+    args = SFTConfig(**_common_args(s, stage_p / WORK_DIR, len(rows)), max_length=s.max_length,
+                     completion_only_loss=s.completion_only_loss, packing=False)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                         peft_config=_lora(s), callbacks=[_loss_logger(stage_p / LOSSES, "sft")])
+    return _run(trainer, tok, stage_p, "sft", len(rows), started, retrain)
+
+
+def train_dpo(base: str | Path, items: Sequence[PreferenceItem], stage: str | Path,
+              settings: DPOSettings | None = None, *, spec: ModelSpec | None = None,
+              retrain: bool = False) -> TrainResult:
+    """DPO on preference pairs (TRL DPOTrainer; with LoRA the reference is the base with adapters off)."""
+    s = settings or DPOSettings()
+    stage_p = Path(stage)
+    if not retrain and (done := _reuse(stage_p, "dpo")) is not None:
+        return done
+    rows = pair_training_rows(items, spec)
+    if not rows:
+        raise NoTrainingData("no DPO pairs to train on")
+    started = time.perf_counter()
+    stage_p, base_p = _prepare(stage, base, retrain)
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    model, tok = _load_causal(base_p)
+    extra: dict[str, Any] = {"beta": s.beta, "loss_type": s.loss_type, "label_smoothing": s.label_smoothing,
+                             "max_length": s.max_length}
+    if s.loss_weights is not None:
+        extra["loss_weights"] = s.loss_weights
+    if s.ld_alpha is not None:
+        extra["ld_alpha"] = s.ld_alpha
+    args = DPOConfig(**_common_args(s, stage_p / WORK_DIR, len(rows)), **extra)
+    trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                         peft_config=_lora(s), callbacks=[_loss_logger(stage_p / LOSSES, "dpo")])
+    return _run(trainer, tok, stage_p, "dpo", len(rows), started, retrain)
+
+
+def train_reward(base: str | Path, items: Sequence[PreferenceItem], stage: str | Path,
+                 settings: RMSettings | None = None, *, spec: ModelSpec | None = None,
+                 retrain: bool = False) -> TrainResult:
+    """A reward model (sequence classifier, one score) on preference pairs (TRL RewardTrainer, with margins)."""
+    s = settings or RMSettings()
+    stage_p = Path(stage)
+    if not retrain and (done := _reuse(stage_p, "rm")) is not None:
+        return done
+    rows = pair_training_rows(items, spec, with_margin=s.use_margin)
+    if not rows:
+        raise NoTrainingData("no reward-model pairs to train on")
+    started = time.perf_counter()
+    stage_p, base_p = _prepare(stage, base, retrain)
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from trl import RewardConfig, RewardTrainer
+
+    tok = AutoTokenizer.from_pretrained(str(base_p))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForSequenceClassification.from_pretrained(str(base_p), num_labels=1, dtype=torch.float32)
+    model.config.pad_token_id = tok.pad_token_id
+    clear_quantization(model)
+    args = RewardConfig(**_common_args(s, stage_p / WORK_DIR, len(rows)), max_length=s.max_length)
+    trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                            peft_config=_lora(s, "SEQ_CLS"), callbacks=[_loss_logger(stage_p / LOSSES, "rm")])
+    return _run(trainer, tok, stage_p, "rm", len(rows), started, retrain)
+
+
+def train_rl(base: str | Path, prompts: Sequence[Prompt], stage: str | Path, settings: RLSettings | None = None,
+             *, spec: ModelSpec | None = None, reward_model: str | Path | None = None,
+             retrain: bool = False) -> TrainResult:
+    """The RL stage: RLOO (or GRPO) on ``prompts``, rewarded by ``reward_model`` or the task verifier.
+
+    ``settings.reward``: ``model`` needs ``reward_model`` (a folder from ``train_reward``);
+    ``verifier`` scores completions with the task suite's checkers (prompts need references).
+    """
+    s = settings or RLSettings()
+    stage_p = Path(stage)
+    if not retrain and (done := _reuse(stage_p, s.algorithm)) is not None:
+        return done
+    rows = rl_prompt_rows(prompts, spec)
+    if not rows:
+        raise NoTrainingData("no RL prompts to train on")
+    if s.reward == "model":
+        if reward_model is None:
+            raise ValueError("RL with reward: model needs a reward model folder (train one with train_reward)")
+        reward: Any = str(Path(reward_model))
+    else:
+        reward = verifier_reward(prompts, spec)
+    started = time.perf_counter()
+    stage_p, base_p = _prepare(stage, base, retrain)
+    from datasets import Dataset
+
+    if s.algorithm == "rloo":
+        from trl import RLOOConfig as Config
+        from trl import RLOOTrainer as Trainer
+    else:
+        from trl import GRPOConfig as Config
+        from trl import GRPOTrainer as Trainer
+    model, tok = _load_causal(base_p)
+    tok.padding_side = "left"
+    common = _common_args(s, stage_p / WORK_DIR, len(rows))
+    # Every micro-batch holds whole groups of samples of one prompt.
+    micro = max(s.num_generations, (s.micro // s.num_generations) * s.num_generations)
+    common["per_device_train_batch_size"] = micro
+    args = Config(**common, num_generations=s.num_generations, max_completion_length=s.max_completion_length,
+                  temperature=s.temperature, beta=s.beta)
+    trainer = Trainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
+                      processing_class=tok, peft_config=_lora(s),
+                      callbacks=[_loss_logger(stage_p / LOSSES, s.algorithm)])
+    return _run(trainer, tok, stage_p, s.algorithm, len(rows), started, retrain)

@@ -1,0 +1,135 @@
+"""Real TRL steps on the bundled model on the CPU (LoRA, one step, tiny data): SFT, DPO, reward model and RL
+each save a model that then answers through the arena."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from arena_learning.arena.answers import answer_prompts
+from arena_learning.config import ModelSpec
+from arena_learning.engines import build_engine
+from arena_learning.engines.calls import CallStats, run_requests
+from arena_learning.engines.base import Request
+from arena_learning.flywheel import train
+from arena_learning.flywheel.harvest import PreferenceItem, SFTItem
+from arena_learning.flywheel.settings import DPOSettings, LoraSettings, RLSettings, RMSettings, SFTSettings
+from arena_learning.store import Store
+from arena_learning.tasks import generate_tasks
+
+TARGET = ModelSpec(name="student", engine="transformers", model="bundled", mode="completion",
+                   params={"max_tokens": 8, "stop": ["\n"]})
+PROMPTS = generate_tasks(4, seed=11)
+TINY = {"learning_rate": 1e-4, "epochs": 1, "max_steps": 1, "batch_size": 2, "micro_batch_size": 2,
+        "max_length": 64, "lora": LoraSettings(r=4, alpha=8), "save_steps": 1, "warmup_ratio": 0.0}
+
+
+def sft_items():
+    return [SFTItem(messages=[{"role": "user", "content": p.turns[0]}, {"role": "assistant", "content": p.reference[0]}],
+                    prompt_id=p.id, source_model="ref") for p in PROMPTS]
+
+
+def pairs():
+    return [PreferenceItem(prompt=[{"role": "user", "content": p.turns[0]}],
+                           chosen=[{"role": "assistant", "content": p.reference[0]}],
+                           rejected=[{"role": "assistant", "content": "I do not know"}], margin=10.0, prompt_id=p.id,
+                           chosen_model="ref", rejected_model="student") for p in PROMPTS]
+
+
+def answers_through_the_arena(folder, workspace) -> CallStats:
+    spec = TARGET.model_copy(update={"model": str(folder)})
+    with Store(workspace) as store:
+        result = asyncio.run(answer_prompts(store, "student", build_engine(spec), PROMPTS[:3]))
+    assert result.stats.ok + result.stats.failed + result.stats.cached == 3
+    return result.stats
+
+
+# ---- pure parts (fast) ---------------------------------------------------------------------
+
+
+def test_rows_are_rendered_as_the_target_is_asked():
+    (row,) = train.sft_training_rows(sft_items()[:1], TARGET)
+    assert row == {"prompt": f"Question: {PROMPTS[0].turns[0]}\nAnswer:", "completion": f" {PROMPTS[0].reference[0]}\n\n"}
+    multi = SFTItem(messages=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "1"},
+                              {"role": "user", "content": "b"}, {"role": "assistant", "content": "2"}], prompt_id="m")
+    rows = train.sft_training_rows([multi], TARGET)
+    assert [r["completion"] for r in rows] == [" 1\n\n", " 2\n\n"]
+    assert rows[1]["prompt"] == "Question: a\nAnswer: 1\n\nQuestion: b\nAnswer:"
+    chat = train.sft_training_rows([multi], None)
+    assert chat[1]["completion"] == [{"role": "assistant", "content": "2"}] and len(chat[1]["prompt"]) == 3
+    (pair,) = train.pair_training_rows(pairs()[:1], TARGET, with_margin=True)
+    assert pair["chosen"] == f" {PROMPTS[0].reference[0]}\n\n" and pair["margin"] == 10.0
+
+
+def test_verifier_reward_scores_completions_as_the_arena_would():
+    reward = train.verifier_reward(PROMPTS, TARGET)
+    ids = [p.id for p in PROMPTS[:2]]
+    got = reward(prompts=["", ""], completions=[f" {PROMPTS[0].reference[0]}\nQuestion: x", " wrong"], prompt_id=ids)
+    assert got[0] == 1.0 and got[1] < 1.0
+
+
+def test_last_checkpoint_skips_partial_saves(tmp_path):
+    for step, complete in [(2, True), (4, True), (6, False)]:
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        if complete:
+            (d / "trainer_state.json").write_text("{}")
+    assert train.last_checkpoint(tmp_path).name == "checkpoint-4"
+    assert not (tmp_path / "checkpoint-6").exists()
+
+
+# ---- real steps on the bundled model (slow) ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stages(tmp_path_factory):
+    return tmp_path_factory.mktemp("stages")
+
+
+@pytest.mark.slow
+def test_sft_trains_saves_and_answers_and_a_retrain_is_a_new_model(stages, tmp_path):
+    res = train.train_sft("bundled", sft_items(), stages / "sft", SFTSettings(**TINY), spec=TARGET)
+    assert res.steps == 1 and res.model_dir == stages / "sft" / "model" and train.stage_done(stages / "sft")
+    log = json.loads((stages / "sft" / "losses.json").read_text())
+    assert log["done"] and any("loss" in e for e in log["log"])
+    assert not (stages / "sft" / "work").exists()
+    assert "quantization_config" not in json.loads((res.model_dir / "config.json").read_text())
+    stats = answers_through_the_arena(res.model_dir, tmp_path / "ws")
+    assert stats.sent == 3
+    # Done stages are not trained again.
+    assert train.train_sft("bundled", sft_items(), stages / "sft", SFTSettings(**TINY), spec=TARGET).reused
+    # Retrained into the same folder (other settings, other weights): the ledger asks the new model.
+    before = build_engine(TARGET.model_copy(update={"model": str(res.model_dir)})).model_id
+    train.train_sft("bundled", sft_items(), stages / "sft", SFTSettings(**{**TINY, "learning_rate": 1e-3}),
+                    spec=TARGET, retrain=True)
+    after = build_engine(TARGET.model_copy(update={"model": str(res.model_dir)})).model_id
+    assert after != before
+    assert answers_through_the_arena(res.model_dir, tmp_path / "ws").sent == 3
+
+
+@pytest.mark.slow
+def test_dpo_trains_saves_and_answers(stages, tmp_path):
+    res = train.train_dpo("bundled", pairs(), stages / "dpo", DPOSettings(**TINY, beta=0.1), spec=TARGET)
+    assert res.steps == 1 and res.train_loss is not None
+    assert answers_through_the_arena(res.model_dir, tmp_path / "ws").sent == 3
+
+
+@pytest.mark.slow
+def test_reward_model_then_rloo_with_it(stages, tmp_path):
+    rm = train.train_reward("bundled", pairs(), stages / "rm", RMSettings(**TINY), spec=TARGET)
+    assert rm.steps == 1
+    cfg = json.loads((rm.model_dir / "config.json").read_text())
+    assert cfg["architectures"][0].endswith("ForSequenceClassification") and cfg.get("num_labels", 1) == 1
+    rl = train.train_rl("bundled", PROMPTS, stages / "rl",
+                        RLSettings(**TINY, reward="model", num_generations=2, max_completion_length=4),
+                        spec=TARGET, reward_model=rm.model_dir)
+    assert rl.steps == 1 and rl.kind == "rloo"
+    assert answers_through_the_arena(rl.model_dir, tmp_path / "ws").sent == 3
+    # The trained reward model scores through plain transformers.
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(rm.model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(rm.model_dir)
+    assert model(**tok(["Question: 1+1\nAnswer: 2"], return_tensors="pt")).logits.shape == (1, 1)
