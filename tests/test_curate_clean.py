@@ -235,18 +235,19 @@ def test_moderation_judge_goes_through_the_engine_and_the_ledger(tmp_path):
     from arena_learning.curate.filters import build_moderator
     from arena_learning.store import Store
 
-    # The bundled 270M base model is no moderator: this pins the wiring (one cached call
-    # per turn, a flag or an explicit failure per turn), not the judgement.
+    # The bundled 270M base model is no moderator: this pins the wiring (a cached call per
+    # turn and per retry of a reply without a flag, a flag or an explicit failure per turn), not the judgement.
     judge = ModelSpec(name="moderator", engine="llamacpp", model="bundled", mode="completion", n_threads=1,
                       params=SamplingParams(max_tokens=16, temperature=0.0, stop=["\n"]))
     settings = ModerationSettings(mode="judge", judge=judge)
     prompts = [P("a", "How do plants grow?"), P("b", "Tell me a joke.", "Another one, please.")]
     with Store(tmp_path / "ws") as store:
         kept, dropped, _ = moderation_filter(prompts, build_moderator(settings, store), on_failure="drop")
-        assert store.call_counts() == {"ok": 3}
-        # Its replies ("", "Yes, it is.") hold no {"flagged": ...}: every turn is unrated, so both go.
+        assert sum(store.call_counts().values()) >= 3
+        # Its replies ("", a failed call; "Yes, it is.") hold no {"flagged": ...}: every turn is unrated, so both go.
         assert build_moderator(settings, store)([t for p in prompts for t in p.turns]) == [None, None, None]
         assert kept == [] and dropped == {"moderation_failed": 2}
         again, _, _ = moderation_filter(prompts, build_moderator(settings, store), on_failure="drop")
         assert [p.id for p in again] == [p.id for p in kept]
-        assert [a for (a,) in store.db.execute("SELECT attempts FROM calls")] == [1, 1, 1]
+        # Nothing that succeeded is sent again (failed calls are, on every run).
+        assert {a for (a,) in store.db.execute("SELECT attempts FROM calls WHERE status = 'ok'")} == {1}

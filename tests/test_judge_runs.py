@@ -19,7 +19,7 @@ from .conftest import ThreadServer
 
 class ScriptedJudge:
     """Answers judge prompts: the answer containing 'good' wins; 'BADFIRST' prompts fail to parse at temperature 0,
-    'ALWAYSBAD' prompts never parse."""
+    'ALWAYSBAD' prompts never parse, 'CUTOFF' verdicts parse but were cut off at max_tokens."""
 
     def __init__(self):
         self.bodies = []
@@ -44,7 +44,9 @@ class ScriptedJudge:
                                "score_b": 9 if "good" in b else 3})
         else:
             text = json.dumps({"explanation": "graded", "score": 8 if "good" in part("ANSWER") else 2})
-        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text}}],
+        finish = "length" if "CUTOFF" in user else "stop"
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text},
+                                               "finish_reason": finish}],
                                   "usage": {"prompt_tokens": len(user) // 4, "completion_tokens": 20}})
 
 
@@ -185,3 +187,14 @@ def test_panel_combines_its_members(tmp_path, judge_server):
     assert panel["p2"].explanation == "every member's judgment failed"
     assert {j.judge for j in store.get_judgments()} == {"pair", "single", "pair2", "panel"}
     assert {b.judge for b in store.get_battles()} == {"panel"}
+
+
+def test_a_cut_off_verdict_is_kept_marked_and_counted(tmp_path, judge_server):
+    store = workspace(tmp_path)
+    store.put_prompts("open", store.get_prompts("open") + [Prompt(id="p5", turns=["Q five CUTOFF"])])
+    store.put_answers([Answer(prompt_id="p5", model=m, turns=[f"a {m} answer"]) for m in ("good-model", "weak-model")])
+    report = pipeline.stage_battle(config(judge_server.server.url), store, show_progress=False)
+    p5 = [j for j in store.get_judgments("pj") if j.prompt_id == "p5"]
+    assert len(p5) == 2 and all(j.status == "ok" and j.truncated == 1 for j in p5)
+    assert all(j.truncated == 0 for j in store.get_judgments("pj") if j.prompt_id != "p5")
+    assert report.stats["truncated"] == 2 and report.stats["parsed"] == 6 + 2

@@ -4,6 +4,7 @@ and scripted endpoints for rate limits, outages and load spreading."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -199,3 +200,124 @@ def test_concurrency_limit_per_endpoint_is_respected(tmp_path):
         assert peak == 3
     finally:
         srv.close()
+
+
+# ---- what counts as an answer, and how long it took ------------------------------------------------
+
+
+class Replies:
+    """An endpoint that answers with the scripted (content, finish_reason) replies in turn, then the last one
+    forever, after ``delay`` seconds each."""
+
+    def __init__(self, *replies, delay=0.0):
+        self.replies, self.delay = list(replies), delay
+        self.requests = 0
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self.server = ThreadServer(app)
+        self.url = self.server.url
+
+    async def handle(self, request):
+        await request.read()
+        content, finish = self.replies[min(self.requests, len(self.replies) - 1)]
+        self.requests += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": content},
+                                               "finish_reason": finish}],
+                                  "usage": {"prompt_tokens": 5, "completion_tokens": 3}})
+
+
+def ledger_rows(store):
+    return store.db.execute("SELECT status, error, response, attempts, latency_s FROM calls").fetchall()
+
+
+def test_latency_runs_from_the_send_not_from_the_wait_for_a_slot(tmp_path):
+    delay, n = 0.25, 4
+    srv = Replies(("ok", "stop"), delay=delay)
+    try:
+        import time
+
+        with Store(tmp_path) as store:
+            t = time.perf_counter()
+            out = run_requests(store, build_engine(openai_spec(srv.url, concurrency=1)),
+                               [chat(f"q{i}") for i in range(n)], show_progress=False)
+            wall = time.perf_counter() - t
+            recorded = [row[4] for row in ledger_rows(store)]
+        # One request at a time: the batch takes n delays, but each request took one.
+        assert wall >= n * delay
+        assert all(delay * 0.9 <= c.latency_s < delay * 1.6 for c in out), [c.latency_s for c in out]
+        assert sorted(recorded) == sorted(c.latency_s for c in out)
+    finally:
+        srv.server.close()
+
+
+@pytest.mark.parametrize("content", [None, "", "  \n"])
+def test_an_empty_completion_is_a_failure_recorded_and_retried_next_run(tmp_path, content):
+    srv = Replies((content, "stop"), ("an answer", "stop"))
+    try:
+        with Store(tmp_path) as store:
+            stats = CallStats()
+            out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
+                               show_progress=False)
+            assert out == [None] and (stats.failed, stats.empty, stats.ok) == (1, 1, 0)
+            ((status, error, response, _, _),) = ledger_rows(store)
+            assert status == "error" and "empty completion" in error and response is None
+            # Never used as an answer: the next run asks again and keeps the real answer.
+            stats = CallStats()
+            out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
+                               show_progress=False)
+            assert out[0].text == "an answer" and (stats.sent, stats.ok, stats.cached) == (1, 1, 0)
+            ((status, error, _, attempts, _),) = ledger_rows(store)
+            assert (status, attempts) == ("ok", 2) and srv.requests == 2
+    finally:
+        srv.server.close()
+
+
+def test_an_empty_success_from_an_older_ledger_is_asked_again(tmp_path):
+    from arena_learning.engines.calls import request_key
+
+    srv = Replies(("now an answer", "stop"))
+    try:
+        engine = build_engine(openai_spec(srv.url))
+        req = chat("x")
+        with Store(tmp_path) as store:
+            # What a version that cached `content: null` as "" left behind.
+            store.record_calls([{"key": request_key(engine, req), "engine": engine.kind, "model": engine.model_id,
+                                 "request": {"params": engine.key_params(req), **req.payload()}, "status": "ok",
+                                 "response": {"text": "", "finish_reason": "stop"}}])
+            stats = CallStats()
+            out = run_requests(store, engine, [req], stats=stats, show_progress=False)
+            assert out[0].text == "now an answer" and (stats.sent, stats.cached) == (1, 0)
+            ((status, _, response, _, _),) = ledger_rows(store)
+            assert status == "ok" and json.loads(response)["text"] == "now an answer"
+    finally:
+        srv.server.close()
+
+
+def test_a_cut_off_completion_is_kept_marked_and_counted(tmp_path):
+    from arena_learning.arena.answers import answer_prompts
+    from arena_learning.records import Prompt
+
+    srv = Replies(("a long answer that was cut", "length"), ("fine", "stop"))
+    try:
+        with Store(tmp_path) as store:
+            stats = CallStats()
+            out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
+                               show_progress=False)
+            assert out[0].text == "a long answer that was cut" and out[0].finish_reason == "length"
+            assert (stats.ok, stats.truncated) == (1, 1)
+            ((status, _, response, _, _),) = ledger_rows(store)
+            assert status == "ok" and json.loads(response)["finish_reason"] == "length"
+            # Served by the ledger, it is still counted as cut off.
+            stats = CallStats()
+            run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats, show_progress=False)
+            assert (stats.cached, stats.truncated) == (1, 1)
+            # An answer carries how many of its turns were cut off.
+            result = asyncio.run(answer_prompts(store, "m", build_engine(openai_spec(srv.url)),
+                                                [Prompt(id="p", turns=["x", "y"])]))
+            (answer,) = result.answers
+            assert answer.turns == ["a long answer that was cut", "fine"] and answer.truncated == 1
+            assert result.stats.truncated == 1
+    finally:
+        srv.server.close()

@@ -9,18 +9,21 @@ Modes:
   prompt's reference answer is shown (reference-guided grading).
 - a panel of several judges: mean of their scores or majority of verdicts.
 
-Every call goes through the ledger. The verdict is asked for as JSON and, where
+Every call goes through the ledger, by the structured-rating component
+(:mod:`arena_learning.engines.structured`) that the difficulty and moderation
+judges share: answers are fenced; the verdict is asked for as JSON and, where
 the engine supports it, constrained to the judge's JSON schema; the parser
 falls back to tolerant reading; an unparsable answer is retried with a new
 seed and a warmer temperature (new calls, so new ledger keys), then recorded
-as a failed judgment with its raw text. Nothing is dropped silently.
+as a failed judgment with its raw text. Nothing is dropped silently. A verdict
+cut off at max_tokens is counted and marked (``Judgment.truncated``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -30,14 +33,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import JudgeConfig
 from ..engines import build_engine
-from ..engines.base import Engine, Request
+from ..engines.base import Engine
 from ..errors import ConfigError
 from ..records import Answer, Judgment, Prompt
 from ..store import Store
-from ..engines.calls import CallStats, arun_requests
-from .fence import fence, fence_id, injection_flags
+from ..engines.structured import RatingStats, Rated, StructuredRater, fence, fence_id, injection_flags
 from .judges import PairTask, verdict
-from .parse import ParseError, parse_verdict
+from .parse import Parsed, parse_verdict
 
 # ---- the judge as data -------------------------------------------------------------
 
@@ -110,35 +112,21 @@ def render(template: str, fields: dict[str, str]) -> str:
 
 
 @dataclass
-class JudgeStats:
-    """What judging did: verdicts parsed at first try, after a retry, and failures."""
+class JudgeStats(RatingStats):
+    """What judging did: verdicts parsed at first try, after a retry, failures, flagged games, tokens, calls."""
 
-    requests: int = 0
-    parsed: int = 0
-    retried: int = 0  # parsed only after at least one retry
-    failed: int = 0
     flagged: int = 0  # judgments with an answer that addresses the judge
-    tokens_in: int = 0  # over every verdict behind the judgments, served from the ledger or not
-    tokens_out: int = 0
-    calls: CallStats = field(default_factory=CallStats)  # this run's calls: tokens of the new ones only
+
+    def add(self, other: RatingStats) -> None:
+        super().add(other)
+        if isinstance(other, JudgeStats):
+            self.flagged += other.flagged
 
     def as_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "parsed": self.parsed, "retried": self.retried, "failed": self.failed,
-                "flagged": self.flagged, "calls": self.calls.cached + self.calls.sent,
+                "truncated": self.truncated, "flagged": self.flagged, "calls": self.calls.cached + self.calls.sent,
                 "tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "cached": self.calls.cached,
                 "sent": self.calls.sent, "new_tokens_in": self.calls.tokens_in, "new_tokens_out": self.calls.tokens_out}
-
-
-@dataclass
-class _Item:
-    """One judge request to get parsed: a turn of a game (pairwise) or of an answer (single)."""
-
-    messages: list[dict[str, str]]
-    scores: tuple[float, ...] | None = None
-    explanation: str = ""
-    raw: str = ""
-    error: str = ""
-    attempts: int = 0
 
 
 def _history(prompt: Prompt, answers: Sequence[tuple[str, Answer]], turn: int, fid: str) -> str:
@@ -164,6 +152,17 @@ class LLMJudge:
         self.spec = load_judge_spec(cfg.template)
         self.engine = engine or build_engine(cfg.model)
         self.stats = JudgeStats()
+        parser = self.spec.parser
+        self.rater: StructuredRater[Parsed] = StructuredRater(
+            self.engine,
+            lambda text: parse_verdict(text, parser),
+            params={**self.spec.sampling, **cfg.sampling},
+            schema=self.spec.schema_ if cfg.structured else None,
+            retries=cfg.retries,
+            retry_temperature=cfg.retry_temperature,
+            what="judge",
+            stats=self.stats,
+        )
 
     # -- prompts
     def _messages(self, user: str) -> list[dict[str, str]]:
@@ -212,55 +211,12 @@ class LLMJudge:
 
     # -- calls
     def _params(self, attempt: int) -> dict[str, Any]:
-        params = {**self.spec.sampling, **self.cfg.sampling}
-        if self.cfg.structured and self.spec.schema_ is not None:
-            params["json_schema"] = self.spec.schema_
-        if attempt > 0:
-            # A retry must be a different call (else the ledger answers it with the same text).
-            base = params.get("seed", self.engine.default_params()["seed"])
-            params["seed"] = int(base) + attempt
-            params["temperature"] = self.cfg.retry_temperature
-        return params
+        """Return the request params of try ``attempt`` (0: the first; later: a new seed, retry temperature)."""
+        return self.rater.params_for(attempt)
 
-    async def _resolve(self, store: Store, items: list[_Item], progress: Any, label: str) -> None:
-        """Call the judge for every item, retrying parse failures, until parsed or out of retries."""
-        pending = list(items)
-        failed_calls: list[_Item] = []
-        self.stats.requests += len(items)
-        for attempt in range(self.cfg.retries + 1):
-            if not pending:
-                break
-            params = self._params(attempt)
-            requests = [Request(messages=it.messages, params=params) for it in pending]
-            tag = label if attempt == 0 else f"{label} (retry {attempt})"
-            results = await arun_requests(store, self.engine, requests, label=tag, stats=self.stats.calls,
-                                          progress=progress)
-            still = []
-            for it, comp in zip(pending, results):
-                it.attempts = attempt + 1
-                if comp is not None:
-                    self.stats.tokens_in += comp.tokens_in
-                    self.stats.tokens_out += comp.tokens_out
-                if comp is None:
-                    # A failed call is not re-asked now with retry settings (that would swap the
-                    # verdict for a warmer sample); the ledger retries the same call on the next run.
-                    it.error = "the judge call failed (see the ledger); retried on the next run"
-                    failed_calls.append(it)
-                    continue
-                it.raw = comp.text
-                try:
-                    parsed = parse_verdict(comp.text, self.spec.parser)
-                except ParseError as err:
-                    it.error = str(err)
-                    still.append(it)
-                    continue
-                it.scores, it.explanation, it.error = parsed.scores, parsed.explanation, ""
-                if attempt == 0:
-                    self.stats.parsed += 1
-                else:
-                    self.stats.retried += 1
-            pending = still
-        self.stats.failed += len(pending) + len(failed_calls)
+    async def _resolve(self, store: Store, prompts: list[list[dict[str, str]]], progress: Any) -> list[Rated]:
+        """Return the rated verdict of every judge prompt: parsed, retried with new seeds, or failed."""
+        return await self.rater.arate(store, prompts, label=f"judge {self.name}", progress=progress)
 
     async def judge_pairs(self, store: Store, tasks: Sequence[PairTask], progress: Any = None) -> list[Judgment]:
         """Return the judgments of ``tasks``: two games per task (both orders) or one from single grades."""
@@ -271,15 +227,17 @@ class LLMJudge:
             games.append((t.prompt, t.answer_a, t.answer_b))
             if self.cfg.both_orders:
                 games.append((t.prompt, t.answer_b, t.answer_a))
-        items: list[list[_Item]] = []
+        prompts: list[list[dict[str, str]]] = []
+        spans: list[tuple[int, int]] = []
         for prompt, first, second in games:
             turns = min(len(prompt.turns), len(first.turns), len(second.turns))
-            items.append([_Item(self.pair_messages(prompt, first, second, k)) for k in range(turns)])
-        await self._resolve(store, [i for row in items for i in row], progress, f"judge {self.name}")
+            spans.append((len(prompts), len(prompts) + turns))
+            prompts.extend(self.pair_messages(prompt, first, second, k) for k in range(turns))
+        rated = await self._resolve(store, prompts, progress)
         out = []
-        for (prompt, first, second), row in zip(games, items):
-            flags = [f"A: {f}" for t in first.turns for f in injection_flags(t)]
-            flags += [f"B: {f}" for t in second.turns for f in injection_flags(t)]
+        for (prompt, first, second), (lo, hi) in zip(games, spans):
+            row = rated[lo:hi]
+            flags = _answer_flags("A", first) + _answer_flags("B", second)
             out.append(self._judgment(prompt.id, first.model, second.model, row, row, flags))
         return out
 
@@ -288,37 +246,47 @@ class LLMJudge:
         for t in tasks:
             for a in (t.answer_a, t.answer_b):
                 answers.setdefault((t.prompt.id, a.model), (t.prompt, a))
-        graded: dict[tuple[str, str], list[_Item]] = {}
+        prompts: list[list[dict[str, str]]] = []
+        spans: dict[tuple[str, str], tuple[int, int]] = {}
         for key, (prompt, ans) in answers.items():
             turns = min(len(prompt.turns), len(ans.turns))
-            graded[key] = [_Item(self.single_messages(prompt, ans, k)) for k in range(turns)]
-        await self._resolve(store, [i for row in graded.values() for i in row], progress, f"judge {self.name}")
+            spans[key] = (len(prompts), len(prompts) + turns)
+            prompts.extend(self.single_messages(prompt, ans, k) for k in range(turns))
+        rated = await self._resolve(store, prompts, progress)
+        graded = {key: rated[lo:hi] for key, (lo, hi) in spans.items()}
         out = []
         for t in tasks:
             row_a, row_b = graded[(t.prompt.id, t.answer_a.model)], graded[(t.prompt.id, t.answer_b.model)]
-            flags = [f"A: {f}" for x in t.answer_a.turns for f in injection_flags(x)]
-            flags += [f"B: {f}" for x in t.answer_b.turns for f in injection_flags(x)]
-            out.append(self._judgment(t.prompt.id, t.answer_a.model, t.answer_b.model, row_a, row_b, flags))
+            flags = _answer_flags("A", t.answer_a) + _answer_flags("B", t.answer_b)
+            out.append(self._judgment(t.prompt.id, t.answer_a.model, t.answer_b.model, row_a, row_b, flags,
+                                      pair=False))
         return out
 
-    def _judgment(self, pid: str, model_a: str, model_b: str, row_a: list[_Item], row_b: list[_Item],
-                  flags: list[str]) -> Judgment:
-        pair = row_a is row_b
-        failed = [it for it in (row_a if pair else row_a + row_b) if it.scores is None]
-        raw = "\n---\n".join(it.raw for it in (row_a if pair else row_a + row_b))
+    def _judgment(self, pid: str, model_a: str, model_b: str, row_a: list[Rated], row_b: list[Rated],
+                  flags: list[str], pair: bool = True) -> Judgment:
+        items = row_a if pair else row_a + row_b
+        failed = [it for it in items if not it.ok]
+        raw = "\n---\n".join(it.raw for it in items)
+        truncated = sum(1 for it in items if it.truncated)
         if flags:
             self.stats.flagged += 1
         if failed:
             return Judgment(prompt_id=pid, model_a=model_a, model_b=model_b, judge=self.name, raw=raw,
-                            status="failed", explanation="; ".join(it.error for it in failed)[:2000], flags=flags)
-        scores_a = [it.scores[0] for it in row_a]  # type: ignore[index]
-        scores_b = [it.scores[1] for it in row_b] if pair else [it.scores[0] for it in row_b]  # type: ignore[index]
+                            status="failed", explanation="; ".join(it.error for it in failed)[:2000], flags=flags,
+                            truncated=truncated)
+        scores_a = [it.value.scores[0] for it in row_a]
+        scores_b = [it.value.scores[1] for it in row_b] if pair else [it.value.scores[0] for it in row_b]
         mean_a, mean_b = sum(scores_a) / len(scores_a), sum(scores_b) / len(scores_b)
-        explanation = "\n---\n".join(it.explanation for it in (row_a if pair else row_a + row_b))
+        explanation = "\n---\n".join(it.value.explanation for it in items)
         return Judgment(prompt_id=pid, model_a=model_a, model_b=model_b, judge=self.name, scores_a=scores_a,
                         scores_b=scores_b, score_a=mean_a, score_b=mean_b,
                         verdict=verdict(mean_a, mean_b, self.cfg.tie_threshold), explanation=explanation,
-                        raw=raw, flags=flags)
+                        raw=raw, flags=flags, truncated=truncated)
+
+
+def _answer_flags(side: str, answer: Answer) -> list[str]:
+    """Return the injection flags of every turn of ``answer``, each prefixed with the side it is shown on."""
+    return [f"{side}: {f}" for t in answer.turns for f in injection_flags(t)]
 
 
 class PanelJudge:
@@ -347,7 +315,8 @@ class PanelJudge:
             flags = sorted({f for j in js for f in j.flags})
             if not ok:
                 panel.append(Judgment(prompt_id=pid, model_a=a, model_b=b, judge=self.name, status="failed",
-                                      explanation="every member's judgment failed", flags=flags))
+                                      explanation="every member's judgment failed", flags=flags,
+                                      truncated=sum(j.truncated for j in js)))
                 continue
             mean_a = sum(j.score_a for j in ok) / len(ok)  # type: ignore[misc]
             mean_b = sum(j.score_b for j in ok) / len(ok)  # type: ignore[misc]
@@ -359,22 +328,15 @@ class PanelJudge:
                 v = top if votes.count(top) * 2 > len(votes) else "tie"
             panel.append(Judgment(prompt_id=pid, model_a=a, model_b=b, judge=self.name, score_a=mean_a,
                                   score_b=mean_b, scores_a=[mean_a], scores_b=[mean_b], verdict=v,  # type: ignore[arg-type]
-                                  explanation=f"{self.cfg.rule} of {len(ok)}/{len(js)} judges", flags=flags))
+                                  explanation=f"{self.cfg.rule} of {len(ok)}/{len(js)} judges", flags=flags,
+                                  truncated=sum(j.truncated for j in js)))
         return [j for js in member_judgments for j in js] + panel
 
     @property
     def stats(self) -> JudgeStats:
         total = JudgeStats()
         for m in self.members:
-            s = m.stats
-            total.requests += s.requests
-            total.parsed += s.parsed
-            total.retried += s.retried
-            total.failed += s.failed
-            total.flagged += s.flagged
-            total.tokens_in += s.tokens_in
-            total.tokens_out += s.tokens_out
-            total.calls.add(s.calls)
+            total.add(m.stats)
         return total
 
 

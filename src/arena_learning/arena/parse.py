@@ -4,15 +4,19 @@ Judges are asked for a JSON object (and constrained to one where the engine
 supports a schema), but models wrap JSON in prose or code fences, or ignore the
 format. The fallbacks find the first JSON object inside the text, then
 ``score_a: 7``-style pairs, then MT-Bench's ``[[7]]``. A score outside 1-10 is a
-parse failure, never clamped: a silent fix would change results.
+parse failure, never clamped: a silent fix would change results. The shared
+pieces (finding JSON objects, checking a score, :class:`ParseError`) live in
+:mod:`arena_learning.engines.structured`, which runs every structured rating.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from typing import Any
+
+from ..engines.structured import ParseError, bounded_score, json_objects
+
+__all__ = ["ParseError", "Parsed", "parse_verdict"]
 
 
 @dataclass(frozen=True)
@@ -20,39 +24,6 @@ class Parsed:
     scores: tuple[float, ...]  # (score_a, score_b) for a pair, (score,) for a single answer
     explanation: str
     method: str  # "json", "embedded-json", "pattern"
-
-
-class ParseError(ValueError):
-    """The text holds no valid verdict; the message says what was missing."""
-
-
-def _json_objects(text: str) -> list[dict[str, Any]]:
-    """Return the JSON objects found in ``text``: the whole text, then each balanced {...} span."""
-    found: list[dict[str, Any]] = []
-    decoder = json.JSONDecoder()
-    i = text.find("{")
-    while i != -1:
-        try:
-            obj, end = decoder.raw_decode(text, i)
-        except ValueError:
-            i = text.find("{", i + 1)
-            continue
-        if isinstance(obj, dict):
-            found.append(obj)
-        i = text.find("{", end)
-    return found
-
-
-def _score(value: Any, key: str) -> float:
-    if isinstance(value, bool) or value is None:
-        raise ParseError(f"{key} is {value!r}, not a number")
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ParseError(f"{key} is {value!r}, not a number") from None
-    if not 1.0 <= x <= 10.0:
-        raise ParseError(f"{key} = {x:g} is outside 1-10")
-    return x
 
 
 # A number that is not the start of a range such as "1-10" or "1 to 10" ...
@@ -75,12 +46,12 @@ def parse_verdict(text: str, kind: str) -> Parsed:
     """Return the scores in a judge's ``text``; ``kind`` is "pair" or "single". Raises ParseError."""
     keys = ("score_a", "score_b") if kind == "pair" else ("score",)
     stripped = text.strip()
-    candidates = _json_objects(stripped)
+    candidates = json_objects(stripped)
     errors: list[str] = []
     for n, obj in enumerate(candidates):
         if all(k in obj for k in keys):
             try:
-                scores = tuple(_score(obj[k], k) for k in keys)
+                scores = tuple(bounded_score(obj[k], k) for k in keys)
             except ParseError as err:
                 errors.append(str(err))
                 continue
@@ -90,7 +61,7 @@ def parse_verdict(text: str, kind: str) -> Parsed:
         m = pattern.search(stripped)
         if m:
             try:
-                scores = tuple(_score(g, k) for g, k in zip(m.groups(), keys))
+                scores = tuple(bounded_score(g, k) for g, k in zip(m.groups(), keys))
             except ParseError as err:
                 errors.append(str(err))
                 continue

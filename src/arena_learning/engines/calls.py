@@ -2,11 +2,21 @@
 
 ``run_requests`` looks every request up in the ledger first; only the ones
 with no success are sent, with the engine's concurrency. Each result is
-written as it arrives: a commit is scheduled on the event loop right after a
-completion, so under load many results share one commit and a slow model gets
-one commit per answer; a killed process loses at most the results of the
-current loop iteration. Failures are recorded with their error and retried
+written as it arrives: a commit is scheduled on the event loop
+``FLUSH_DELAY_S`` (20 ms) after a completion, so under load many results share
+one commit and a slow model gets one commit per answer; a killed process loses
+at most the results of the last 20 ms, which the next run asks again. Failures are recorded with their error and retried
 on the next run; they come back as ``None``, never as an answer.
+
+What counts as a success is decided here, for every engine:
+
+- an empty completion (no text, or only whitespace; e.g. ``content: null``)
+  is a failure: recorded as an error, retried on the next run, never used as
+  an answer. A ledger row that an older version stored as a success with empty
+  text is demoted to an error and asked again;
+- a completion cut off at ``max_tokens`` (``finish_reason == "length"``) is
+  kept, and counted (``CallStats.truncated``); the ledger's response keeps its
+  finish_reason, so a rerun counts it again.
 """
 
 from __future__ import annotations
@@ -25,12 +35,19 @@ from ..store import Store, call_key
 
 @dataclass
 class CallStats:
-    """What a batch of calls did: served from the ledger, sent, failed, tokens."""
+    """What a batch of calls did: served from the ledger, sent, failed, cut off, tokens.
+
+    ``failed`` includes ``empty`` (completions with no text). ``truncated`` counts the
+    completions returned (from the ledger or new) that were cut off at max_tokens.
+    Tokens count the new calls only.
+    """
 
     cached: int = 0
     sent: int = 0
     ok: int = 0
     failed: int = 0
+    empty: int = 0
+    truncated: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     errors: list[str] = field(default_factory=list)
@@ -40,9 +57,27 @@ class CallStats:
         self.sent += other.sent
         self.ok += other.ok
         self.failed += other.failed
+        self.empty += other.empty
+        self.truncated += other.truncated
         self.tokens_in += other.tokens_in
         self.tokens_out += other.tokens_out
         self.errors.extend(other.errors[:20])
+
+
+def is_empty(comp: Completion) -> bool:
+    """Return whether ``comp`` has no answer in it (no text, or whitespace only)."""
+    return not comp.text or comp.text.isspace()
+
+
+def is_truncated(comp: Completion) -> bool:
+    """Return whether ``comp`` was cut off at max_tokens."""
+    return comp.finish_reason == "length"
+
+
+def empty_error(comp: Completion) -> str:
+    """Return the ledger's error message for an empty completion."""
+    return (f"empty completion (finish_reason={comp.finish_reason or 'none'}): no text came back; "
+            "retried on the next run")
 
 
 def request_key(engine: Engine, request: Request) -> str:
@@ -50,22 +85,28 @@ def request_key(engine: Engine, request: Request) -> str:
     return call_key(engine.kind, engine.model_id, engine.key_params(request), request.payload())
 
 
-class _LedgerWriter:
-    """Buffers finished calls and commits them at the next turn of the event loop."""
+FLUSH_DELAY_S = 0.02
+"""How long a finished call may wait for others to share its commit (what a killed process can lose)."""
 
-    def __init__(self, store: Store):
+
+class _LedgerWriter:
+    """Buffers finished calls and commits them together, at most ``delay`` seconds after the first."""
+
+    def __init__(self, store: Store, delay: float = FLUSH_DELAY_S):
         self.store = store
+        self.delay = delay
         self.rows: list[dict[str, Any]] = []
-        self.scheduled = False
+        self.timer: asyncio.TimerHandle | None = None
 
     def add(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
-        if not self.scheduled:
-            self.scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(self.delay, self.flush)
 
     def flush(self) -> None:
-        self.scheduled = False
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if self.rows:
             rows, self.rows = self.rows, []
             self.store.record_calls(rows)
@@ -82,34 +123,57 @@ async def arun_requests(
 ) -> list[Completion | None]:
     """Return one Completion (or None for a failed call) per request, in order."""
     stats = stats if stats is not None else CallStats()
-    keys = [request_key(engine, r) for r in requests]
+    key_params = [engine.key_params(r) for r in requests]
+    keys = [call_key(engine.kind, engine.model_id, p, r.payload()) for p, r in zip(key_params, requests)]
     known = store.lookup_calls(list(dict.fromkeys(keys)))
     results: dict[str, Completion | None] = {}
-    todo: dict[str, Request] = {}
-    for key, req in zip(keys, requests):
+    todo: dict[str, tuple[Request, dict[str, Any]]] = {}
+    demote: list[tuple[str, str]] = []
+    for key, req, params in zip(keys, requests, key_params):
+        if key in results:
+            stats.cached += 1
+            if is_truncated(results[key]):  # type: ignore[arg-type]
+                stats.truncated += 1
+            continue
+        if key in todo:
+            continue
         rec = known.get(key)
         if rec is not None and rec.status == "ok" and rec.response is not None:
-            results[key] = Completion.model_validate(rec.response)
-        elif key not in todo:
-            todo[key] = req
-    stats.cached += len(requests) - sum(1 for k in keys if k in todo)
+            comp = Completion.model_validate(rec.response)
+            if is_empty(comp):
+                # Stored as a success by a version that let empty text through: ask again.
+                demote.append((empty_error(comp), key))
+                todo[key] = (req, params)
+                continue
+            results[key] = comp
+            stats.cached += 1
+            if is_truncated(comp):
+                stats.truncated += 1
+        else:
+            todo[key] = (req, params)
+    if demote:
+        _demote(store, demote)
 
     writer = _LedgerWriter(store)
     # Bound the coroutines alive at once; the engine bounds what is on the wire.
     gate = asyncio.Semaphore(max(1, engine.in_flight))
     task_id = progress.add_task(label, total=len(todo)) if progress is not None and todo else None
 
-    async def one(key: str, req: Request) -> None:
+    async def one(key: str, req: Request, params: dict[str, Any]) -> None:
         async with gate:
             row: dict[str, Any] = {
                 "key": key,
                 "engine": engine.kind,
                 "model": engine.model_id,
-                "request": {"params": engine.key_params(req), **req.payload()},
+                "requested_by": engine.spec.name,
+                "request": {"params": params, **req.payload()},
             }
             stats.sent += 1
             try:
                 comp = await engine.complete(req)
+                if is_empty(comp):
+                    stats.empty += 1
+                    raise CallFailed(empty_error(comp))
             except CallFailed as err:
                 results[key] = None
                 stats.failed += 1
@@ -119,6 +183,8 @@ async def arun_requests(
             else:
                 results[key] = comp
                 stats.ok += 1
+                if is_truncated(comp):
+                    stats.truncated += 1
                 stats.tokens_in += comp.tokens_in
                 stats.tokens_out += comp.tokens_out
                 writer.add(
@@ -135,11 +201,27 @@ async def arun_requests(
                 progress.advance(task_id)
 
     try:
-        await asyncio.gather(*(one(k, r) for k, r in todo.items()))
+        await asyncio.gather(*(one(k, r, p) for k, (r, p) in todo.items()))
     finally:
         writer.flush()
         await engine.aclose()
     return [results.get(k) for k in keys]
+
+
+def _demote(store: Store, rows: list[tuple[str, str]]) -> None:
+    """Turn ledger successes that hold no answer into errors, so that a new success can replace them.
+
+    The store never overwrites a success (that is what makes a finished call final), so a
+    success with empty text, written before empty completions counted as failures, would
+    otherwise shadow every retry.
+    """
+    store.db.execute("BEGIN IMMEDIATE")
+    try:
+        store.db.executemany("UPDATE calls SET status='error', error=? WHERE key=? AND status='ok'", rows)
+    except BaseException:
+        store.db.execute("ROLLBACK")
+        raise
+    store.db.execute("COMMIT")
 
 
 def make_progress() -> Progress:

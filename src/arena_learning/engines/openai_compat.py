@@ -10,6 +10,11 @@ Several base URLs for one model spread the load: each request goes to the
 endpoint with the fewest requests in flight. 429 (honouring Retry-After), 5xx,
 timeouts and connection errors are retried with exponential backoff and full
 jitter; other 4xx are the caller's mistake and fail at once.
+
+A reply's latency is measured from the moment its request is sent, not from
+when it started waiting for one of the endpoint's ``concurrency`` slots. A
+``content: null`` reply becomes empty text, which the ledger road
+(``engines.calls``) records as a failed call, never as an answer.
 """
 
 from __future__ import annotations
@@ -124,10 +129,12 @@ class OpenAIEngine(Engine):
             endpoint = min(self.endpoints, key=lambda e: e.in_flight)
             endpoint.in_flight += 1
             retry_after: float | None = None
-            start = time.perf_counter()
             try:
                 assert endpoint.sem is not None
                 async with endpoint.sem:
+                    # Latency runs from the moment the request is sent: the wait for a slot
+                    # above is this client's queue, not the model's time.
+                    start = time.perf_counter()
                     async with session.post(endpoint.base_url + path, json=body) as resp:
                         raw = await resp.read()
                         if resp.status == 200:
