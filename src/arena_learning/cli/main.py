@@ -50,7 +50,7 @@ def _open(config: Path, workspace: Path | None, overrides: list[str] | None) -> 
 def print_call_stats(report: pipeline.AnswerReport, store: Store) -> None:
     table = Table(title="model calls", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     width = max((len(n) for n in report.stats), default=5)
-    for col in ("model", "cached", "sent", "ok", "failed", "tok in", "tok out", "incomplete"):
+    for col in ("model", "cached", "sent", "ok", "failed", "empty", "cut off", "tok in", "tok out", "incomplete"):
         if col == "model":
             table.add_column(col, no_wrap=True, min_width=width)
         else:
@@ -58,8 +58,8 @@ def print_call_stats(report: pipeline.AnswerReport, store: Store) -> None:
     total = CallStats()
     for name, s in report.stats.items():
         total.add(s)
-        table.add_row(name, str(s.cached), str(s.sent), str(s.ok), str(s.failed), str(s.tokens_in),
-                      str(s.tokens_out), str(report.incomplete.get(name, 0)))
+        table.add_row(name, str(s.cached), str(s.sent), str(s.ok), str(s.failed), str(s.empty), str(s.truncated),
+                      str(s.tokens_in), str(s.tokens_out), str(report.incomplete.get(name, 0)))
     err_console.print(table)
     if total.errors:
         err_console.print(f"[yellow]{total.failed} calls failed; they are retried on the next run. First error:[/] "

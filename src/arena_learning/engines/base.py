@@ -56,6 +56,7 @@ class Engine(abc.ABC):
     """Runs one ModelSpec. ``kind`` and ``model_id`` name it in the ledger key."""
 
     kind: str = "base"
+    in_process: bool = False  # the model runs in this process (no server between us and the weights)
 
     def __init__(self, spec: ModelSpec):
         self.spec = spec
@@ -75,6 +76,14 @@ class Engine(abc.ABC):
         """How many calls the caller may have started at once (queued in the engine included)."""
         # Twice the concurrency keeps remote endpoints busy while results are written.
         return 2 * self.concurrency
+
+    def repeatable(self, request: Request) -> bool:
+        """Whether asking again can only give the same completion: an in-process model decoding greedily.
+
+        An endpoint can answer differently at any temperature (a glitch, a restarted server), so
+        only in-process engines at temperature 0 are repeatable.
+        """
+        return self.in_process and float({**self.default_params(), **request.params}.get("temperature", 1.0)) == 0.0
 
     def default_params(self) -> dict[str, Any]:
         """Return the spec's sampling params, which a request's own params override."""

@@ -13,7 +13,12 @@ What counts as a success is decided here, for every engine:
 - an empty completion (no text, or only whitespace; e.g. ``content: null``)
   is a failure: recorded as an error, retried on the next run, never used as
   an answer. A ledger row that an older version stored as a success with empty
-  text is demoted to an error and asked again;
+  text is demoted to an error and asked again. The exception is a request that
+  asking again can only repeat (``Engine.repeatable``: an in-process model
+  decoding greedily): its empty text is the model's real answer (the bundled
+  base model answers some prompts with nothing, every time). Failing it would
+  drop exactly the model's worst prompts from the arena and flatter its
+  rating, and ask again on every run; it is kept, and counted in ``empty``;
 - a completion cut off at ``max_tokens`` (``finish_reason == "length"``) is
   kept, and counted (``CallStats.truncated``); the ledger's response keeps its
   finish_reason, so a rerun counts it again.
@@ -37,7 +42,8 @@ from ..store import Store, call_key
 class CallStats:
     """What a batch of calls did: served from the ledger, sent, failed, cut off, tokens.
 
-    ``failed`` includes ``empty`` (completions with no text). ``truncated`` counts the
+    ``empty`` counts completions with no text: failed ones (also in ``failed``) and, for
+    repeatable requests, kept ones (also in ``ok`` or ``cached``). ``truncated`` counts the
     completions returned (from the ledger or new) that were cut off at max_tokens.
     Tokens count the new calls only.
     """
@@ -141,10 +147,12 @@ async def arun_requests(
         if rec is not None and rec.status == "ok" and rec.response is not None:
             comp = Completion.model_validate(rec.response)
             if is_empty(comp):
-                # Stored as a success by a version that let empty text through: ask again.
-                demote.append((empty_error(comp), key))
-                todo[key] = (req, params)
-                continue
+                if not engine.repeatable(req):
+                    # Stored as a success by a version that let empty text through: ask again.
+                    demote.append((empty_error(comp), key))
+                    todo[key] = (req, params)
+                    continue
+                stats.empty += 1
             results[key] = comp
             stats.cached += 1
             if is_truncated(comp):
@@ -173,7 +181,8 @@ async def arun_requests(
                 comp = await engine.complete(req)
                 if is_empty(comp):
                     stats.empty += 1
-                    raise CallFailed(empty_error(comp))
+                    if not engine.repeatable(req):
+                        raise CallFailed(empty_error(comp))
             except CallFailed as err:
                 results[key] = None
                 stats.failed += 1

@@ -84,6 +84,7 @@ def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
 
 class LlamaCppEngine(Engine):
     kind = "llamacpp"
+    in_process = True
 
     def __init__(self, spec: ModelSpec):
         super().__init__(spec)

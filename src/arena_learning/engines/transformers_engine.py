@@ -199,6 +199,7 @@ def release_models() -> None:
 
 class TransformersEngine(Engine):
     kind = "transformers"
+    in_process = True
 
     def __init__(self, spec: ModelSpec):
         super().__init__(spec)
