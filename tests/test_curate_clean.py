@@ -229,6 +229,7 @@ def test_mt_bench_json_round_trip_keeps_counts_stable():
     assert all(s.n_in == s.n_out for s in steps2)
 
 
+@pytest.mark.slow  # loads a model
 def test_moderation_judge_goes_through_the_engine_and_the_ledger(tmp_path):
     pytest.importorskip("llama_cpp")
     from arena_learning.config import ModelSpec, SamplingParams

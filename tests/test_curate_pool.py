@@ -146,6 +146,7 @@ slices:
     return path
 
 
+@pytest.mark.slow  # loads a model
 def test_cli_pool_build_decontaminates_and_writes_slices(tmp_path):
     config = _pool_config(tmp_path)
     result = CliRunner().invoke(cli(), ["pool", "build", str(config), "-q"], terminal_width=150)

@@ -61,6 +61,7 @@ def P(id: str, *turns: str, **kw) -> Prompt:
 # ---- the diverse set on real prompts ---------------------------------------------------------
 
 
+@pytest.mark.slow  # loads a model
 def test_arena_hard_clusters_group_prompts_of_the_same_topic(arena_hard):
     from scipy.stats import binomtest
 
@@ -93,6 +94,7 @@ def test_arena_hard_clusters_group_prompts_of_the_same_topic(arena_hard):
     assert p_value < 1e-10
 
 
+@pytest.mark.slow  # loads a model
 def test_nearest_pick_takes_the_members_closest_to_each_centroid(arena_hard):
     _, emb, _ = arena_hard
     labels, centroids = cluster_embeddings(emb, 20, seed=1, n_init=1)
@@ -104,6 +106,7 @@ def test_nearest_pick_takes_the_members_closest_to_each_centroid(arena_hard):
         assert dist[mine].max() <= np.sort(dist[members])[len(mine) - 1] + 1e-6
 
 
+@pytest.mark.slow  # loads a model
 def test_clusters_are_numbered_by_size_and_seeded(arena_hard):
     _, emb, _ = arena_hard
     a, _ = cluster_embeddings(emb, 20, seed=5, n_init=1)
@@ -115,6 +118,7 @@ def test_clusters_are_numbered_by_size_and_seeded(arena_hard):
     assert mb.shape == a.shape and centroids.shape == (20, emb.shape[1]) and len(set(mb.tolist())) == 20
 
 
+@pytest.mark.slow  # loads a model
 def test_random_pick_is_seeded(arena_hard):
     _, emb, _ = arena_hard
     labels, centroids = cluster_embeddings(emb, 10, seed=0, n_init=1)
@@ -129,6 +133,7 @@ def test_too_many_clusters_is_an_error_that_says_what_to_change():
         cluster_embeddings(np.eye(4, dtype=np.float32), 5)
 
 
+@pytest.mark.slow  # loads a model
 def test_projection_keeps_the_selected_points_and_is_seeded(arena_hard):
     _, emb, _ = arena_hard
     keep = np.array([3, 400, 7])
@@ -139,6 +144,7 @@ def test_projection_keeps_the_selected_points_and_is_seeded(arena_hard):
     assert xy2.shape == (60, 2) and np.allclose(xy2, xy3)
 
 
+@pytest.mark.slow  # loads a model
 def test_embedding_matches_a_bare_encode_and_keeps_input_order(embedder):
     texts = ["a short one", "a much longer sentence about clustering prompts " * 5, "medium length text here"] * 10
     ours = embed_texts(embedder, texts, batch_size=16)
@@ -146,6 +152,7 @@ def test_embedding_matches_a_bare_encode_and_keeps_input_order(embedder):
     assert np.allclose(ours, bare, atol=1e-5)
 
 
+@pytest.mark.slow  # loads a model
 def test_any_local_model_folder_loads_by_path(embedder):
     from arena_learning.curate.embed import bundled_model_path
 
@@ -201,6 +208,7 @@ def test_conversation_difficulty_is_the_mean_and_a_failed_turn_is_never_defaulte
     assert [p.id for p in select_hard(scored, 5)] == ["a", "b"]
 
 
+@pytest.mark.slow  # loads a model
 def test_hard_set_takes_the_top_n_and_mix_keeps_cluster_difficulty_and_source(arena_hard):
     prompts, emb, _ = arena_hard
     prompts, emb = prompts[:200], emb[:200]
@@ -224,6 +232,7 @@ def test_hard_set_takes_the_top_n_and_mix_keeps_cluster_difficulty_and_source(ar
     assert result.steps[2].notes["scored"] == 200
 
 
+@pytest.mark.slow  # loads a model
 def test_exclude_diverse_makes_the_halves_disjoint(arena_hard):
     prompts, emb, _ = arena_hard
     score = lambda texts: [float(min(10, 1 + len(t) // 100)) for t in texts]  # noqa: E731
@@ -241,6 +250,7 @@ def test_mix_marks_a_prompt_in_both_halves_once():
     assert [(p.id, p.meta["testset"]) for p in out] == [("a", ["diverse"]), ("b", ["diverse", "hard"]), ("c", ["hard"])]
 
 
+@pytest.mark.slow  # loads a model
 def test_hard_set_without_a_judge_is_an_error(arena_hard):
     prompts, emb, _ = arena_hard
     with pytest.raises(ArenaError, match="hard.top_n"):
@@ -253,6 +263,7 @@ def one_thread_judge():
     return default_difficulty_judge().model_copy(update={"n_threads": 1})
 
 
+@pytest.mark.slow  # loads a model
 def test_difficulty_through_the_bundled_judge_is_cached_in_the_ledger(tmp_path):
     pytest.importorskip("llama_cpp")
     prompts = [
@@ -300,6 +311,7 @@ diverse:
     return path
 
 
+@pytest.mark.slow  # loads a model
 def test_cli_testset_build_writes_the_sets_and_prints_the_tables(tmp_path):
     app = typer.Typer()
     register(app)
@@ -332,6 +344,7 @@ def test_cli_testset_build_writes_the_sets_and_prints_the_tables(tmp_path):
         assert store.prompt_sets()["testset/mix"] == 8
 
 
+@pytest.mark.slow  # loads a model
 def test_cli_testset_build_with_a_hard_half_from_the_bundled_judge(tmp_path):
     pytest.importorskip("llama_cpp")
     app = typer.Typer()

@@ -31,6 +31,7 @@ def openai_spec(base_url, **kw):
                      params={"max_tokens": 16, "temperature": 0.0}, **kw)
 
 
+@pytest.mark.slow  # loads a model
 def test_openai_engine_through_arena_serve_equals_the_in_process_engine(served_model, tmp_path):
     url, _ = served_model
     import yaml
@@ -56,6 +57,7 @@ def test_openai_engine_through_arena_serve_equals_the_in_process_engine(served_m
         assert httpx.get(url.removesuffix("/v1") + "/health").json()["requests"] == before
 
 
+@pytest.mark.slow  # loads a model
 def test_arena_serve_speaks_the_openai_api(served_model):
     url, _ = served_model
     models = httpx.get(url + "/models").json()
@@ -70,6 +72,7 @@ def test_arena_serve_speaks_the_openai_api(served_model):
     assert r.status_code == 400
 
 
+@pytest.mark.slow  # loads a model
 def test_unknown_model_fails_at_once_and_is_recorded_not_cached(served_model, tmp_path):
     url, _ = served_model
     with Store(tmp_path) as store:
