@@ -166,3 +166,19 @@ def test_forget_and_vacuum(tmp_path):
         assert [(a.prompt_id, a.model) for a in s.get_answers()] == [("p1", "n")]
         assert set(s.lookup_calls(["k1", "k2", "k3"])) == {"k2"}
         assert s.get_battles("v") == []
+
+
+def test_info_shows_sets_and_each_models_ledger_identity(tmp_path):
+    ws = tmp_path / "ws"
+    with Store(ws) as s:
+        s.put_prompts("test", [Prompt(id="p1", turns=["q"])])
+        s.put_answers([Answer(prompt_id="p1", model="m", turns=["a"])], "pool/D0")
+        s.record_calls([{"key": "k1", "engine": "llamacpp", "model": "x.gguf@sha256:abc", "request": {}, "status": "ok",
+                         "response": {"text": "a"}, "requested_by": "m"}])
+    proc = subprocess.run([*ARENA, "info", str(ws), "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["schema_version"] == SCHEMA_VERSION and data["prompt_sets"] == {"test": 1}
+    assert data["answers_per_set"] == {"pool/D0": 1}
+    assert data["models"] == {"m": ["llamacpp:x.gguf@sha256:abc"]}
+    assert data["writer"] is None

@@ -423,6 +423,27 @@ class Store:
             sql, args = sql + " AND judge=?", (set_name, judge)
         return [Battle.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
 
+    # ---- what a workspace holds ----------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """Return what the workspace holds: schema, sets, answers per set, models' ledger identities, calls."""
+        identities: dict[str, set[str]] = {}
+        for who, model, engine in self.db.execute(
+                "SELECT DISTINCT COALESCE(requested_by, '?'), model, engine FROM calls"):
+            identities.setdefault(who, set()).add(f"{engine}:{model}")
+        lock = self.root / "arena.lock"
+        holder = lock.read_text(encoding="utf-8", errors="replace").strip() if lock.is_file() else ""
+        return {
+            "workspace": str(self.root),
+            "schema_version": self.db.execute("PRAGMA user_version").fetchone()[0],
+            "prompt_sets": self.prompt_sets(),
+            "answers_per_set": self.answer_sets(),
+            "judges": dict(self.db.execute("SELECT judge, COUNT(*) FROM battles GROUP BY judge").fetchall()),
+            "calls": self.call_counts(),
+            "models": {who: sorted(ids) for who, ids in sorted(identities.items())},
+            "writer": holder or None,
+            "bytes": self._size(),
+        }
+
     # ---- forgetting and cleaning --------------------------------------------------
     def forget_model(self, name: str) -> dict[str, int]:
         """Drop a model's answers, the judgments and battles it took part in, and the ledger calls it made.

@@ -323,6 +323,31 @@ def serve(
 
 @app.command()
 @user_errors
+def info(workspace: Annotated[Path, typer.Argument(help="workspace directory")],
+         json_out: Annotated[bool, typer.Option("--json", help="print as JSON")] = False) -> None:
+    """What a workspace holds: schema version, prompt sets, answers per set, battles per judge, ledger calls,
+    and each model's identity in the ledger (engine, file name and content hash, or endpoint model and revision)."""
+    with Store(workspace, readonly=True) as store:
+        data = store.info()
+    if json_out:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    table = Table(box=box.SIMPLE_HEAD, show_header=False, padding=(0, 1), pad_edge=False)
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_row("workspace", f"{data['workspace']} (schema {data['schema_version']}, {data['bytes'] / 1e6:.2f} MB)")
+    table.add_row("prompt sets", ", ".join(f"{k} {v}" for k, v in sorted(data["prompt_sets"].items())) or "-")
+    table.add_row("answers", ", ".join(f"{k} {v}" for k, v in sorted(data["answers_per_set"].items())) or "-")
+    table.add_row("battles", ", ".join(f"{k} {v}" for k, v in sorted(data["judges"].items())) or "-")
+    table.add_row("ledger calls", ", ".join(f"{k} {v}" for k, v in sorted(data["calls"].items())) or "-")
+    for who, ids in data["models"].items():
+        table.add_row(f"model {who}", "\n".join(ids))
+    table.add_row("writer", data["writer"] or "none")
+    console.print(table)
+
+
+@app.command()
+@user_errors
 def forget(
     workspace: Annotated[Path, typer.Argument(help="workspace directory")],
     model: Annotated[list[str], typer.Option("--model", "-m", help="model (config name) to forget; repeatable")],
