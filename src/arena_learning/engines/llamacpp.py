@@ -22,6 +22,7 @@ from ..errors import EngineError
 from .base import CallFailed, Completion, RequestTooLarge, Engine, Request, completion_stops, render_completion_prompt
 from .bundled import resolve_model_path
 from .identity import content_identity
+from .control_tokens import neutralise_messages
 from .llama_check import check_llama
 
 _MODELS: dict[tuple[Any, ...], tuple[Any, threading.Lock]] = {}
@@ -106,6 +107,11 @@ class LlamaCppEngine(Engine):
             self._model_id = f"{path.name}@{content_identity(path)[:23]}"
         return self._model_id
 
+    def prompt_tokens(self, prompt: str) -> list[int]:
+        """Return ``prompt`` tokenised as plain text: a control-token string in it stays text; the BOS token
+        (added as the library adds it to a string prompt) is the only special token."""
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
+
     async def complete(self, request: Request) -> Completion:
         return await asyncio.get_running_loop().run_in_executor(_WORKER, self.complete_sync, request)
 
@@ -131,8 +137,10 @@ class LlamaCppEngine(Engine):
                     self.llm.reset()
                 if request.messages is not None and self.spec.mode == "chat":
                     fmt = {"type": "json_object", "schema": schema} if schema is not None else None
+                    # The template writes real control tokens; the messages' text must not (control_tokens.py).
                     out = self.llm.create_chat_completion(
-                        messages=request.messages, stop=params["stop"] or None, response_format=fmt, **kwargs
+                        messages=neutralise_messages(request.messages), stop=params["stop"] or None,
+                        response_format=fmt, **kwargs
                     )
                     text = out["choices"][0]["message"]["content"] or ""
                 else:
@@ -144,7 +152,8 @@ class LlamaCppEngine(Engine):
                     else:
                         prompt = request.prompt or ""
                     grammar = _grammar(schema) if schema is not None else None
-                    out = self.llm.create_completion(prompt=prompt, stop=stop or None, grammar=grammar, **kwargs)
+                    out = self.llm.create_completion(prompt=self.prompt_tokens(prompt), stop=stop or None,
+                                                     grammar=grammar, **kwargs)
                     text = out["choices"][0]["text"]
                     if request.messages is not None and self.spec.prompt_format.strip_answer:
                         text = text.strip()

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
+from .control_tokens import control_token_flags
 from ..store import Store
 from .base import Engine, Request
 from .calls import CallStats, arun_requests, make_progress
@@ -100,11 +101,35 @@ _INJECTION_LOWER = tuple(re.compile(p, re.M) for p in _INJECTION_PARTS)
 _TO_ASCII = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
 
 
+# Other ways an answer addresses its judge: fake end-of-answer tags in other notations, rubric
+# changes, and characters a person does not see (zero-width, bidi overrides, Unicode tags).
+_FAKE_END = re.compile(
+    r"</\s*(?:answer|response|assistant|output)\s*>|\[\s*/?\s*end[ _-]*of[ _-]*(?:the[ _-]*)?(?:answer|response)\s*\]"
+    r"|#{2,}\s*end\s+of\s+(?:the\s+)?(?:answer|response)|(?:^|\n)\s*(?:END|End) OF (?:ANSWER|RESPONSE)\b",
+    re.I,
+)
+_RUBRIC = re.compile(
+    r"\b(?:new|updated|revised|changed|real|actual) (?:scoring |grading |evaluation )?(?:rubric|criteria|guidelines)\b"
+    r"|\brubric (?:has (?:been )?changed|now (?:says|requires)|says)\b|\bgrade (?:this|these|the) (?:answer|response)s? (?:on|by)\b",
+    re.I,
+)
+_INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
+
+
 @lru_cache(maxsize=65536)
 def _injection_flags(text: str) -> tuple[str, ...]:
     flags = []
     if "<<<" in text or ">>>" in text:
         flags.append("fence-markers")
+    tokens = control_token_flags(text)
+    if tokens:
+        flags.append(f"control-tokens: {', '.join(tokens)}")
+    if _FAKE_END.search(text):
+        flags.append(f"fake-end-of-answer: {_FAKE_END.search(text).group(0).strip()[:40]!r}")
+    if _RUBRIC.search(text):
+        flags.append(f"rubric-change: {_RUBRIC.search(text).group(0).strip()[:40]!r}")
+    if _INVISIBLE.search(text):
+        flags.append("invisible-characters")
     low = text.translate(_TO_ASCII).lower()
     if any(p.search(low) for p in _INJECTION_LOWER):
         m = _INJECTION.search(text)

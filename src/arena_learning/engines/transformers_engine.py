@@ -33,6 +33,7 @@ from typing import Any
 from ..config import ModelSpec
 from ..errors import EngineError
 from .base import CallFailed, Completion, Engine, Request, RequestTooLarge, completion_stops, render_completion_prompt
+from .control_tokens import neutralise_messages
 from .bundled import BUNDLED_NAME, bundled_model_path, cache_dir
 from .identity import content_identity
 
@@ -290,8 +291,10 @@ class TransformersEngine(Engine):
                 f"model {self.spec.name!r}: {self.folder} has no chat template; set mode: completion (with a "
                 f"prompt_format) or chat_template"
             )
+        # The template writes real control tokens; the messages' text must not (control_tokens.py).
         text = tokenizer.apply_chat_template(
-            request.messages, chat_template=self.spec.chat_template, add_generation_prompt=True, tokenize=False
+            neutralise_messages(request.messages), chat_template=self.spec.chat_template, add_generation_prompt=True,
+            tokenize=False,
         )
         return text, stop, False
 
@@ -319,7 +322,7 @@ class TransformersEngine(Engine):
             return out  # type: ignore[return-value]
         start = time.perf_counter()
         tok.padding_side = "left"
-        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=special)
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=special, split_special_tokens=special)
         lengths = enc["attention_mask"].sum(dim=1).tolist()
         too_long = [j for j, n in enumerate(lengths) if n > self.spec.n_ctx]
         for j in too_long:
@@ -332,7 +335,7 @@ class TransformersEngine(Engine):
             if not keep:
                 return out  # type: ignore[return-value]
             texts, stops, idx = [texts[j] for j in keep], [stops[j] for j in keep], [idx[j] for j in keep]
-            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=special)
+            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=special, split_special_tokens=special)
             lengths = enc["attention_mask"].sum(dim=1).tolist()
         all_stops = sorted({s for ss in stops for s in ss})
         gen: dict[str, Any] = {
