@@ -305,10 +305,28 @@ def serve(
     model: Annotated[str | None, typer.Option("--model", "-m", help="name of the model in the config")] = None,
     host: Annotated[str, typer.Option(help="address to bind; 127.0.0.1 keeps it on this machine")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", help="require 'Authorization: Bearer KEY', KEY read from this environment variable")] = None,
+    faults: Annotated[str | None, typer.Option(
+        help="inject faults for reliability tests, e.g. 'all=0.3;seed=1' or '429=0.1,reset=0.05,null_content=0.05'")] = None,
 ) -> None:
     """Serve a configured model over an OpenAI-compatible HTTP API."""
+    import os
+
     from ..engines import build_engine
+    from ..engines.server import FaultSpec, is_loopback
     from ..engines.server import serve as run_server
+
+    api_key = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise ArenaError(f"--api-key-env {api_key_env}: the environment variable is not set or empty")
+    elif not is_loopback(host):
+        err_console.print(f"[yellow]warning:[/] serving on {host} without --api-key-env: anyone who can reach port "
+                          f"{port} can use this model (and, for an openai-engine model, spend its API key)",
+                          highlight=False, soft_wrap=True)
+    fault_spec = FaultSpec.parse(faults) if faults else None
 
     cfg = load_config_file(config, ModelsFile)
     if model is None:
@@ -318,7 +336,7 @@ def serve(
     else:
         spec = cfg.model(model)
     engine = build_engine(spec)
-    run_server(spec.name, engine, host=host, port=port)
+    run_server(spec.name, engine, host=host, port=port, api_key=api_key, faults=fault_spec)
 
 
 @app.command()

@@ -138,11 +138,17 @@ class OpenAIEngine(Engine):
                     async with session.post(endpoint.base_url + path, json=body) as resp:
                         raw = await resp.read()
                         if resp.status == 200:
-                            return self._parse(raw, path, time.perf_counter() - start, endpoint.base_url)
+                            try:
+                                return self._parse(raw, path, time.perf_counter() - start, endpoint.base_url)
+                            except CallFailed as err:  # a mangled body (cut off, not JSON, no choices): ask again
+                                last_error = str(err)
+                                raise _Malformed from None
                         last_error = f"HTTP {resp.status} from {endpoint.base_url}{path}: {raw[:300].decode('utf-8', 'replace')}"
                         if resp.status not in RETRY_STATUS:
                             raise CallFailed(last_error)
                         retry_after = _retry_after(resp.headers.get("Retry-After"))
+            except _Malformed:
+                pass
             except (aiohttp.ClientError, asyncio.TimeoutError) as err:
                 last_error = f"{type(err).__name__} talking to {endpoint.base_url}: {err}"
             finally:
@@ -171,6 +177,10 @@ class OpenAIEngine(Engine):
             latency_s=latency,
             finish_reason=choice.get("finish_reason"),
         )
+
+
+class _Malformed(Exception):
+    """A 200 whose body is not a completion: retried like a 5xx."""
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -3,14 +3,24 @@
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``,
 ``POST /v1/completions``. It lets a team share one local model, and it is the
 real server the tests drive the ``openai`` engine against. It binds to
-127.0.0.1 unless told otherwise.
+127.0.0.1 unless told otherwise, and can require a bearer token.
+
+With ``faults`` it is also the fault injector of the reliability tests and benchmark: at the
+configured rates, each completion request gets a 429 with Retry-After, a 500/502/503, a reset
+connection, a timeout (the reply comes after ``timeout_s``), a truncated or invalid JSON body,
+empty ``choices``, ``content: null``, or a slow reply. ``/health`` counts requests, answers
+served whole (``ok``) and each fault injected.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import json
+import random
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -21,13 +31,120 @@ from .base import CallFailed, Engine, Request, RequestTooLarge
 SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "seed", "stop")
 
 
+FAULT_KINDS = ("429", "500", "502", "503", "reset", "timeout", "truncated", "invalid_json", "empty_choices",
+               "null_content", "slow")
+
+
+@dataclass
+class FaultSpec:
+    """Rates (0..1, summing to at most 1) of each fault kind, and how faults behave.
+
+    Written ``429=0.05,500=0.05,reset=0.03,...;seed=0;retry_after=0.1;slow_s=0.5;timeout_s=5``:
+    ``all=0.3`` spreads 30% evenly over every kind.
+    """
+
+    rates: dict[str, float] = field(default_factory=dict)
+    seed: int = 0
+    retry_after: float = 0.1
+    slow_s: float = 0.5
+    timeout_s: float = 5.0
+
+    @classmethod
+    def parse(cls, text: str) -> FaultSpec:
+        from ..errors import ArenaError
+
+        spec = cls()
+        for part in (p.strip() for chunk in text.split(";") for p in chunk.split(",")):
+            if not part:
+                continue
+            key, sep, value = part.partition("=")
+            key = key.strip()
+            try:
+                number = float(value)
+            except ValueError:
+                raise ArenaError(f"--faults: {part!r} is not KIND=NUMBER (kinds: all, {', '.join(FAULT_KINDS)}; "
+                                 "settings: seed, retry_after, slow_s, timeout_s)") from None
+            if not sep:
+                raise ArenaError(f"--faults: {part!r} is not KIND=NUMBER")
+            if key == "all":
+                spec.rates.update({k: number / len(FAULT_KINDS) for k in FAULT_KINDS})
+            elif key in FAULT_KINDS:
+                spec.rates[key] = number
+            elif key in ("seed", "retry_after", "slow_s", "timeout_s"):
+                setattr(spec, key, int(number) if key == "seed" else number)
+            else:
+                raise ArenaError(f"--faults: unknown fault {key!r}; kinds: all, {', '.join(FAULT_KINDS)}")
+        if any(r < 0 for r in spec.rates.values()) or sum(spec.rates.values()) > 1 + 1e-9:
+            raise ArenaError(f"--faults: rates must be >= 0 and sum to at most 1 (got {sum(spec.rates.values()):.3f})")
+        return spec
+
+    def draw(self, rng: random.Random) -> str | None:
+        u, acc = rng.random(), 0.0
+        for kind in FAULT_KINDS:
+            acc += self.rates.get(kind, 0.0)
+            if u < acc:
+                return kind
+        return None
+
+
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
     return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
 
 
-def make_app(name: str, engine: Engine) -> web.Application:
-    """Return the aiohttp application that serves ``engine`` as the model ``name``."""
-    stats = {"requests": 0, "errors": 0}
+def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: FaultSpec | None = None
+             ) -> web.Application:
+    """Return the aiohttp application that serves ``engine`` as the model ``name``.
+
+    ``api_key``: every /v1 request must carry ``Authorization: Bearer <api_key>`` (else 401).
+    ``faults``: inject faults into completion requests at the spec's rates (seeded).
+    """
+    stats: dict[str, Any] = {"requests": 0, "errors": 0, "ok": 0, "faults": {}}
+    rng = random.Random(faults.seed if faults else 0)
+    expected = f"Bearer {api_key}".encode() if api_key else None
+
+    @web.middleware
+    async def guard(req: web.Request, handler: Any) -> web.StreamResponse:
+        if expected is not None and req.path.startswith("/v1/"):
+            got = req.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(got, expected):
+                return _error(401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error")
+        if faults is None or req.method != "POST" or not req.path.startswith("/v1/"):
+            return await handler(req)
+        kind = faults.draw(rng)
+        if kind is None:
+            return await handler(req)
+        stats["faults"][kind] = stats["faults"].get(kind, 0) + 1
+        if kind == "429":
+            return web.json_response({"error": {"message": "rate limited (injected)", "code": 429}}, status=429,
+                                     headers={"Retry-After": f"{faults.retry_after:g}"})
+        if kind in ("500", "502", "503"):
+            return _error(int(kind), f"injected {kind}", "server_error")
+        if kind == "reset":
+            if req.transport is not None:
+                req.transport.abort()
+            return web.Response(status=500)  # never reaches the client: its connection is gone
+        if kind in ("timeout", "slow"):
+            await asyncio.sleep(faults.timeout_s if kind == "timeout" else faults.slow_s)
+            return await handler(req)
+        resp = await handler(req)
+        if not isinstance(resp, web.Response) or resp.status != 200 or resp.body is None:
+            return resp
+        stats["ok"] -= 1  # what the handler counted as served whole is mangled below
+        body = resp.body if isinstance(resp.body, bytes) else bytes(resp.body)
+        if kind == "truncated":
+            return web.Response(body=body[: len(body) // 2], content_type="application/json")
+        if kind == "invalid_json":
+            return web.Response(body=b"{not json" + body[:20], content_type="application/json")
+        data = json.loads(body)
+        if kind == "empty_choices":
+            data["choices"] = []
+        else:  # null_content
+            for choice in data.get("choices", []):
+                if "message" in choice:
+                    choice["message"]["content"] = None
+                else:
+                    choice["text"] = None
+        return web.json_response(data)
 
     async def models(_: web.Request) -> web.Response:
         return web.json_response(
@@ -81,6 +198,7 @@ def make_app(name: str, engine: Engine) -> web.Application:
         out = await run(request)
         if isinstance(out, web.Response):
             return out
+        stats["ok"] += 1
         return web.json_response(
             {
                 "id": "chatcmpl-" + uuid.uuid4().hex[:16],
@@ -110,6 +228,7 @@ def make_app(name: str, engine: Engine) -> web.Application:
         out = await run(Request(prompt=prompt, params=params_of(body)))
         if isinstance(out, web.Response):
             return out
+        stats["ok"] += 1
         return web.json_response(
             {
                 "id": "cmpl-" + uuid.uuid4().hex[:16],
@@ -124,7 +243,7 @@ def make_app(name: str, engine: Engine) -> web.Application:
     async def health(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok", **stats})
 
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[guard])
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
@@ -140,6 +259,20 @@ def _usage(out: Any) -> dict[str, int]:
     }
 
 
-def serve(name: str, engine: Engine, host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(name: str, engine: Engine, host: str = "127.0.0.1", port: int = 8000, *, api_key: str | None = None,
+          faults: FaultSpec | None = None) -> None:
     """Serve ``engine`` until interrupted."""
-    web.run_app(make_app(name, engine), host=host, port=port, print=lambda msg: print(msg, flush=True))
+    web.run_app(make_app(name, engine, api_key=api_key, faults=faults), host=host, port=port,
+                print=lambda msg: print(msg, flush=True))
+
+
+def is_loopback(host: str) -> bool:
+    """Return whether binding ``host`` keeps the server on this machine."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
