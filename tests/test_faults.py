@@ -135,3 +135,35 @@ def test_serving_openly_without_a_key_warns(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_an_api_key_never_reaches_the_workspace_logs_or_report(tmp_path):
+    secret = "sk-test-" + hashlib.sha1(str(tmp_path).encode()).hexdigest()
+    srv = serve(None, api_key=secret)
+    try:
+        cfg = write_config(tmp_path / "c.yaml", f"""
+name: secret
+tasks: {{n: 6}}
+models:
+  - {{name: a, engine: openai, model: m, base_url: "{srv.url}", api_key_env: ARENA_SECRET_TEST, params: {{max_tokens: 8}}}}
+  - {{name: b, engine: openai, model: m, base_url: "{srv.url}", api_key_env: ARENA_SECRET_TEST, revision: r2,
+      params: {{max_tokens: 9}}}}
+ratings: {{bootstrap: 5}}
+""")
+        ws = tmp_path / "ws"
+        env = {**os.environ, "ARENA_SECRET_TEST": secret}
+        proc = subprocess.run([*ARENA, "run", str(cfg), "-w", str(ws)], capture_output=True, text=True, env=env,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        report = subprocess.run([*ARENA, "report", str(ws), "-o", str(tmp_path / "out.html")], capture_output=True,
+                                text=True, env=env, timeout=300)
+        info = subprocess.run([*ARENA, "info", str(ws), "--json"], capture_output=True, text=True, env=env, timeout=300)
+    finally:
+        srv.close()
+    assert '"ok"' in info.stdout  # the calls went through, authenticated
+    written = [p for p in [*ws.rglob("*"), tmp_path / "out.html"] if p.is_file()]
+    assert any(p.name == "arena.db" for p in written) and len(written) >= 3
+    for p in written:
+        assert secret.encode() not in p.read_bytes(), p
+    for out in (proc.stdout, proc.stderr, report.stdout, report.stderr, info.stdout, info.stderr):
+        assert secret not in out
