@@ -443,6 +443,7 @@ def _register_extensions() -> None:
     rating_commands.register(app)
     curate_commands.register(app)
     audit_commands.register(app)
+    from .view import register as register_view; register_view(app)  # noqa: E702
 
 
 _register_extensions()

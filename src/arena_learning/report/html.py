@@ -1,195 +1,475 @@
-"""The HTML report of a workspace: one self-contained file (inline CSS and SVG, no scripts).
+"""The HTML report of a workspace: one page that works from ``file://`` with no network.
 
-Sections: the run (test set, contestants, judge), the leaderboard with a 95% CI plot,
-ratings with and without style control, the pairwise win matrix (predicted by the
-ratings, observed in the battles), the judge audit, and tokens and cost. Every text
-from the workspace is escaped: model names and prompts are data.
+Sections: the run; the leaderboard (rating, 95% CI, rank with CI, W/L/T, tokens, cost) with a
+CI plot; style control; win rates (predicted and observed heatmaps, battles per pair); ratings
+per category and per test-set subset; the judge audit per judge; the test set's cluster map
+(when ``arena testset build`` stored one); the flywheel's rounds (when the workspace has them);
+a battle browser; tokens and cost.
+
+The sections are HTML and SVG written here, readable without scripts. The battle browser is
+one hand-written script (``assets/report.js``, inline) over data in
+``<script type="application/json">`` blocks: a compact index parsed at load, and text chunks
+parsed when a battle is opened. Small reports are one file; when the texts pass
+``inline_limit`` bytes the chunks go to ``<name>_files/chunk-K.js`` beside the page, loaded on
+demand by ``<script src>`` (which, unlike ``fetch``, works from ``file://``).
+
+Everything from the workspace is data: markup is escaped (``html.escape``), the JSON blocks
+escape ``<``, ``>`` and ``&``, and the script writes texts with ``textContent`` only. A
+Content-Security-Policy lets only the report's own script run.
 """
 
 from __future__ import annotations
 
-import html
-from collections import Counter
+import base64
+import hashlib
+import json
+import math
+import re
+import warnings
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArenaError
-from ..records import Rating
+from ..records import Battle, Prompt, Rating
 from ..store import Store
+from .browser import BrowserData, build_browser, json_for_html
+from .charts import bars, ci_plot, esc, heatmap, line_chart, scatter
 
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;color:#1d232a;padding:0 1rem}
-h1{font-size:1.6rem}h2{font-size:1.2rem;margin-top:2.2rem;border-bottom:1px solid #d7dde3;padding-bottom:.3rem}
-table{border-collapse:collapse;margin:.6rem 0}th,td{padding:.25rem .6rem;text-align:right;border-bottom:1px solid #eef1f4}
-th{background:#f5f7f9}td.l,th.l{text-align:left}.note{color:#5b6672;font-size:.9rem}
-.cell{min-width:4.5rem}svg text{font:12px system-ui,sans-serif;fill:#1d232a}
-"""
+ASSETS = Path(__file__).resolve().parent / "assets"
+INLINE_LIMIT = 8_000_000
+"""Bytes of battle texts kept inside the page; above it they go to sidecar chunk files."""
+GROUP_BOOTSTRAP = 100
+"""Bootstrap rounds of the per-category and per-subset leaderboards (at most; the run's if fewer)."""
 
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+_e = esc
 
 
 def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.{digits}f}"
 
 
-def _table(headers: list[str], rows: list[list[str]], left: int = 1) -> str:
+def _table(headers: list[str], rows: list[list[str]], left: int = 1, attrs: str = "",
+           row_attrs: list[str] | None = None) -> str:
     """Return an HTML table; ``rows`` hold already-escaped cell HTML; the first ``left`` columns align left."""
     head = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(headers))
     body = "".join(
-        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r)) + "</tr>"
-        for r in rows
+        f"<tr{(' ' + row_attrs[k]) if row_attrs else ''}>"
+        + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r)) + "</tr>"
+        for k, r in enumerate(rows)
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<table{(' ' + attrs) if attrs else ''}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def ci_plot(ratings: list[Rating], width: int = 640) -> str:
-    """Return an SVG of each model's rating (dot) and 95% interval (bar), best first."""
-    if not ratings:
-        return ""
-    lows = [r.ci_low if r.ci_low is not None else r.rating for r in ratings]
-    highs = [r.ci_high if r.ci_high is not None else r.rating for r in ratings]
-    lo, hi = min(lows), max(highs)
-    pad = max((hi - lo) * 0.08, 1.0)
-    lo, hi = lo - pad, hi + pad
-    label_w, row_h = 220, 24
-    plot_w = width - label_w - 20
-    height = row_h * len(ratings) + 30
-
-    def x(v: float) -> float:
-        return label_w + (v - lo) / (hi - lo) * plot_w
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-             f'aria-label="ratings with 95% confidence intervals">']
-    for i, (r, a, b) in enumerate(zip(ratings, lows, highs)):
-        y = 15 + i * row_h
-        parts.append(f'<text x="{label_w - 8}" y="{y + 4}" text-anchor="end">{_e(r.model)}</text>')
-        parts.append(f'<line x1="{x(a):.1f}" x2="{x(b):.1f}" y1="{y}" y2="{y}" stroke="#7aa6d6" stroke-width="6"/>')
-        parts.append(f'<circle cx="{x(r.rating):.1f}" cy="{y}" r="4.5" fill="#1f4e85"/>')
-    axis_y = height - 10
-    for v in (lo + pad, (lo + hi) / 2, hi - pad):
-        parts.append(f'<text x="{x(v):.1f}" y="{axis_y}" text-anchor="middle">{v:.0f}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+def _ci(low: float | None, high: float | None) -> str:
+    return f"{_num(low, 0)} .. {_num(high, 0)}" if low is not None and high is not None else "-"
 
 
-def _heat(p: float) -> str:
-    """Return a background colour for a win probability: blue above 0.5, red below."""
-    d = max(-1.0, min(1.0, (p - 0.5) * 2))
-    if d >= 0:
-        return f"rgba(31,78,133,{0.08 + 0.5 * d:.2f})"
-    return f"rgba(178,34,34,{0.08 + 0.5 * -d:.2f})"
+def _load_config(store: Store):  # noqa: ANN202 - RunConfig
+    """Return the run's config; for a workspace only the flywheel wrote, one made from its flywheel config."""
+    from ..config import RunConfig
+    from ..pipeline import load_saved_config
+
+    try:
+        return load_saved_config(store)
+    except ArenaError:
+        fw = store.get_meta("flywheel_config")
+        if not fw:
+            raise
+    models: list[str] = []
+    judge = (fw.get("judge") or {}).get("name", "verifier")
+    for b in store.get_battles(judge):
+        for m in (b.model_a, b.model_b):
+            if m not in models:
+                models.append(m)
+    if len(models) < 2:
+        raise ArenaError(f"{store.root} holds a flywheel with no rated models yet: run `arena flywheel` first")
+    return RunConfig.model_validate({
+        "name": fw.get("name", "flywheel"), "models": [{"name": m, "engine": "imported"} for m in models],
+        "judge": fw.get("judge") or {}, "tasks": fw.get("tasks") or {}, "prompts": fw.get("prompts"),
+        "ratings": fw.get("ratings") or {},
+    })
 
 
-def build_report(workspace: str | Path) -> str:
-    """Return the HTML report of the run stored in ``workspace``."""
-    from ..pipeline import TEST_SET, load_saved_config, stage_ratings, stage_style_control, usage
-    from ..rating.counts import BattleTable
-    from ..rating.winrate import observed_win_matrix, predicted_win_matrix
+def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_limit: int = INLINE_LIMIT
+                 ) -> tuple[str, list[tuple[str, str]]]:
+    """Return the report page of ``workspace`` and its sidecar files ([(name, text)], empty when inline).
+
+    ``chunk_dir``: the folder name (relative to the page) the sidecar chunks are loaded from.
+    """
+    from ..pipeline import TEST_SET, stage_ratings, stage_style_control, usage
 
     root = Path(workspace)
     if not (root / "arena.db").is_file():
         raise ArenaError(f"{root} is not a workspace (no arena.db): give the directory a run wrote to")
     with Store(root, readonly=True) as store:
-        cfg = load_saved_config(store)
+        cfg = _load_config(store)
         ratings = stage_ratings(cfg, store)
         battles = store.get_battles(cfg.judge.name)
+        judgments = store.get_judgments(cfg.judge.name)
         prompts = store.get_prompts(TEST_SET)
+        answers = store.get_answers()
         usage_rows = usage(cfg, store)
-        judge_stats = store.get_meta(f"judge_stats/{cfg.judge.name}")
+        judge_stats = {j.name: store.get_meta(f"judge_stats/{j.name}") for j in [cfg.judge, *cfg.judge.members]}
+        cluster_map = store.get_meta("testset/cluster_map")
+        per_cluster = store.get_meta("testset/per_cluster")
         try:
             style = stage_style_control(cfg, store)
             style_note = ""
         except ArenaError as err:  # e.g. answers that never differ in style: say so, keep the report
             style, style_note = None, str(err)
 
-    out = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>Arena report: {_e(cfg.name)}</title>"
-           f"<style>{CSS}</style></head><body>", f"<h1>Arena report: {_e(cfg.name)}</h1>"]
+    model_order = [r.model for r in ratings] + [m.name for m in cfg.models if m.name not in {r.model for r in ratings}]
+    browser = build_browser(prompts, answers, judgments, battles, model_order)
+    sections: list[tuple[str, str, str]] = []  # (id, title, html)
 
     # -- the run
     source = "the built-in task suite" if cfg.prompts is None else (cfg.prompts.set or cfg.prompts.path)
     groups = Counter(p.category or p.cluster or "-" for p in prompts)
-    out.append("<h2>The run</h2>")
-    out.append(f"<p>{len(prompts)} prompts from {_e(source)}; {len(cfg.models)} contestants; judge "
-               f"<b>{_e(cfg.judge.name)}</b> ({_e(cfg.judge.kind)}"
-               + (f", {_e(cfg.judge.template)}" if cfg.judge.kind == "llm" else "") + f"); schedule "
-               f"{_e(cfg.battles.schedule)}; {len(battles)} battles; workspace <code>{_e(root)}</code>.</p>")
-    out.append(_table(["category / cluster", "prompts"],
-                      [[_e(g), str(n)] for g, n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))]))
+    run = [f"<p>{len(prompts)} prompts from {_e(source)}; {len(cfg.models)} contestants; judge "
+           f"<b>{_e(cfg.judge.name)}</b> ({_e(cfg.judge.kind)}"
+           + (f", {_e(cfg.judge.template)}" if cfg.judge.kind == "llm" else "") + f"); schedule "
+           f"{_e(cfg.battles.schedule)}; {len(battles)} battles; workspace <code>{_e(root)}</code>.</p>",
+           _table(["category / cluster", "prompts"],
+                  [[_e(g), str(n)] for g, n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))][:40])]
+    sections.append(("run", "The run", "".join(run)))
 
     # -- leaderboard
     r = cfg.ratings
-    out.append("<h2>Leaderboard</h2>")
-    out.append(f'<p class="note">Bradley-Terry, scale 400, {"anchor " + _e(r.anchor) if r.anchor else "mean 1000"}; '
-               f"95% intervals from {r.bootstrap} bootstrap rounds resampling {_e(r.resample)}s; rank CI is 1 + the "
-               f"number of models whose lower bound is above this model's upper bound.</p>")
-    out.append(_table(
-        ["rank", "model", "rating", "95% CI", "rank CI", "wins", "losses", "ties", "battles"],
-        [[str(x.rank or ""), _e(x.model), _num(x.rating),
-          f"{_num(x.ci_low, 0)} .. {_num(x.ci_high, 0)}" if x.ci_low is not None else "-",
-          str(x.rank_ci or "-"), str(x.wins), str(x.losses), str(x.ties), str(x.battles)] for x in ratings],
-        left=2,
+    spent = {u["name"]: u for u in usage_rows if u["role"] == "contestant"}
+    lb = [f'<p class="note">Bradley-Terry, scale 400, {"anchor " + _e(r.anchor) if r.anchor else "mean 1000"}; '
+          f"95% intervals from {r.bootstrap} bootstrap rounds resampling {_e(r.resample)}s; rank CI is 1 + the "
+          f"number of models whose lower bound is above this model's upper bound. Tokens and cost: every call "
+          f"behind the model's answers to this test set.</p>"]
+
+    def spend(m: str, key: str) -> str:
+        u = spent.get(m)
+        if u is None:
+            return "-"
+        if key == "cost":
+            return f"${u['cost']:.4f}" if u["cost"] else "-"
+        return f"{u[key]:,}"
+
+    lb.append(_table(
+        ["rank", "model", "rating", "95% CI", "rank CI", "wins", "losses", "ties", "battles", "tokens in",
+         "tokens out", "cost"],
+        [[str(x.rank or ""), _e(x.model), _num(x.rating), _ci(x.ci_low, x.ci_high), str(x.rank_ci or "-"),
+          str(x.wins), str(x.losses), str(x.ties), str(x.battles), spend(x.model, "tokens_in"),
+          spend(x.model, "tokens_out"), spend(x.model, "cost")] for x in ratings],
+        left=2, attrs='id="leaderboard-table"', row_attrs=[f'data-model="{_e(x.model)}"' for x in ratings],
     ))
-    out.append(ci_plot(ratings))
+    lb.append(ci_plot([(x.model, x.rating, x.ci_low, x.ci_high) for x in ratings]))
+    sections.append(("leaderboard", "Leaderboard", "".join(lb)))
 
     # -- style control
-    out.append("<h2>Style control</h2>")
     if style is None:
-        out.append(f'<p class="note">Not fitted: {_e(style_note)}</p>')
+        st = f'<p class="note">Not fitted: {_e(style_note)}</p>'
     else:
-        out.append('<p class="note">Contextual Bradley-Terry with the normalised differences of answer length, '
-                   "markdown headers, lists and bold as extra features (as Chatbot Arena does).</p>")
-        out.append(_table(
-            ["model", "rating", "controlled", "controlled 95% CI", "rank", "delta"],
-            [[_e(row["model"]), _num(row["rating"]), _num(row["rating_controlled"]),
-              f"{_num(row['ci_low_controlled'], 0)} .. {_num(row['ci_high_controlled'], 0)}"
-              if row["ci_low_controlled"] is not None else "-",
-              f"{row['rank']} &rarr; {row['rank_controlled']}", f"{row['delta']:+.1f}"] for row in style.to_rows()],
-        ))
         coefs = ", ".join(f"{_e(k)} {v:+.3f}" for k, v in style.coefficient_table().items())
-        out.append(f'<p class="note">Style coefficients (log-odds per SD; + means the judge prefers more): {coefs}</p>')
+        st = ('<p class="note">Contextual Bradley-Terry with the normalised differences of answer length, '
+              "markdown headers, lists and bold as extra features (as Chatbot Arena does).</p>"
+              + _table(["model", "rating", "controlled", "controlled 95% CI", "rank", "delta"],
+                       [[_e(row["model"]), _num(row["rating"]), _num(row["rating_controlled"]),
+                         _ci(row["ci_low_controlled"], row["ci_high_controlled"]),
+                         f"{row['rank']} &rarr; {row['rank_controlled']}", f"{row['delta']:+.1f}"]
+                        for row in style.to_rows()])
+              + f'<p class="note">Style coefficients (log-odds per SD; + means the judge prefers more): {coefs}</p>')
+    sections.append(("style", "Style control", st))
 
-    # -- win matrix
+    # -- win rates
     if battles:
-        models, predicted = predicted_win_matrix(ratings)
-        obs_models, observed, games = observed_win_matrix(BattleTable.from_battles(battles))
-        idx = {m: i for i, m in enumerate(obs_models)}
-        out.append("<h2>Win matrix</h2><p class=\"note\">Row beats column: the chance predicted by the ratings, "
-                   "and in brackets the share of points the row actually took (ties count half).</p>")
-        rows = []
-        for i, a in enumerate(models):
-            cells = [_e(a)]
-            for j, b in enumerate(models):
-                if i == j:
-                    cells.append("")
-                    continue
-                n = games[idx[a], idx[b]]
-                obs = f" ({100 * observed[idx[a], idx[b]]:.0f})" if n else ""
-                cells.append(f'<span class="cell" style="display:block;background:{_heat(predicted[i, j])}">'
-                             f"{100 * predicted[i, j]:.0f}%{obs}</span>")
-            rows.append(cells)
-        out.append(_table(["row beats column", *models], rows))
+        sections.append(("winrates", "Win rates", _win_rates(ratings, battles)))
+
+    # -- per category / subset
+    sections.append(("groups", "By category and subset", _group_boards(cfg, ratings, battles, prompts)))
 
     # -- judge
-    out.append("<h2>Judge</h2>")
-    if judge_stats:
-        out.append(f"<p>{judge_stats['requests']} verdicts asked: {judge_stats['parsed']} parsed, "
-                   f"{judge_stats['retried']} parsed after a retry, {judge_stats['failed']} failed (kept with their "
-                   f"raw text); {judge_stats['flagged']} judgments with an answer that addresses the judge.</p>")
+    jd = []
+    for name, s in judge_stats.items():
+        if s:
+            jd.append(f"<p><b>{_e(name)}</b>: {s.get('requests', 0)} verdicts asked: {s.get('parsed', 0)} parsed, "
+                      f"{s.get('retried', 0)} parsed after a retry, {s.get('failed', 0)} failed (kept with their raw "
+                      f"text); {s.get('flagged', 0)} judgments with an answer that addresses the judge.</p>")
     if cfg.judge.kind == "verifier":
-        out.append('<p class="note">The verifier judge scores each answer alone and sees no order: its "first '
-                   'shown" is the first model of each pair in config order, so position bias here measures the '
-                   "contestants, not the judge.</p>")
-    out.append(_audit_html(root))
+        jd.append('<p class="note">The verifier judge scores each answer alone and sees no order: its "first '
+                  'shown" is the first model of each pair in config order, so position bias here measures the '
+                  "contestants, not the judge.</p>")
+    jd.append(_audit_html(root))
+    sections.append(("judge", "Judge", "".join(jd)))
+
+    # -- test set map
+    if cluster_map and cluster_map.get("points"):
+        sections.append(("testset", "Test set clusters", _cluster_html(cluster_map, per_cluster, prompts)))
+
+    # -- flywheel
+    fly = _flywheel_html(root)
+    if fly:
+        sections.append(("flywheel", "Flywheel rounds", fly))
+
+    # -- battles
+    sections.append(("battles", "Battles", _browser_shell(browser)))
 
     # -- usage
-    out.append("<h2>Tokens and cost</h2>")
-    out.append(_table(["role", "model", "calls", "tokens in", "tokens out", "cost"],
-                      [[_e(u["role"]), _e(u["name"]), str(u["calls"]), str(u["tokens_in"]), str(u["tokens_out"]),
-                        f"${u['cost']:.4f}" if u["cost"] else "-"] for u in usage_rows], left=2))
+    sections.append(("usage", "Tokens and cost", _table(
+        ["role", "model", "calls", "tokens in", "tokens out", "cost"],
+        [[_e(u["role"]), _e(u["name"]), str(u["calls"]), str(u["tokens_in"]), str(u["tokens_out"]),
+          f"${u['cost']:.4f}" if u["cost"] else "-"] for u in usage_rows], left=2)))
+
+    return _page(cfg.name, sections, browser, chunk_dir, inline_limit)
+
+
+def _page(name: str, sections: list[tuple[str, str, str]], browser: BrowserData, chunk_dir: str | None,
+          inline_limit: int) -> tuple[str, list[tuple[str, str]]]:
+    css = (ASSETS / "report.css").read_text(encoding="utf-8")
+    js = (ASSETS / "report.js").read_text(encoding="utf-8")
+    chunk_texts = [json_for_html(c) for c in browser.chunks]
+    inline = chunk_dir is None or sum(len(t) for t in chunk_texts) <= inline_limit
+    index = dict(browser.index)
+    index["chunkDir"] = None if inline else chunk_dir
+    script_hash = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode()
+    # Only the report's own script runs: inline by its hash, sidecar chunks from the page's folder.
+    csp = (f"default-src 'none'; script-src 'sha256-{script_hash}' 'self'; style-src 'unsafe-inline'; "
+           "img-src data:; base-uri 'none'; form-action 'none'")
+    nav = "".join(f'<a href="#{sid}">{_e(title)}</a>' for sid, title, _ in sections)
+    out = [f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+           f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+           f'<meta name="referrer" content="no-referrer"><meta name="viewport" content="width=device-width">'
+           f"<title>Arena report: {_e(name)}</title><style>{css}</style></head><body>",
+           f'<header><h1>Arena report: {_e(name)}</h1><nav>{nav}</nav></header><main>']
+    for sid, title, body in sections:
+        out.append(f'<section id="{sid}"><h2>{_e(title)}</h2>{body}</section>')
+    out.append("</main>")
+    out.append(f'<script type="application/json" id="arena-index">{json_for_html(index)}</script>')
+    out.append(f"<script>{js}</script>")
+    files: list[tuple[str, str]] = []
+    if inline:
+        for k, text in enumerate(chunk_texts):
+            out.append(f'<script type="application/json" id="arena-chunk-{k}">{text}</script>')
+    else:
+        for k, text in enumerate(chunk_texts):
+            files.append((f"chunk-{k}.js", f'arenaChunk("{browser.token}",{k},{text});\n'))
     out.append("</body></html>")
-    return "\n".join(out)
+    return "\n".join(out), files
+
+
+def _win_rates(ratings: list[Rating], battles: list[Battle]) -> str:
+    from ..rating.counts import BattleTable
+    from ..rating.winrate import observed_win_matrix, predicted_win_matrix
+
+    models, predicted = predicted_win_matrix(ratings)
+    obs_models, observed, games = observed_win_matrix(BattleTable.from_battles(battles))
+    idx = {m: i for i, m in enumerate(obs_models)}
+    pred = [[float(predicted[i, j]) for j in range(len(models))] for i in range(len(models))]
+    obs, cnt = [], []
+    for a in models:
+        row_o, row_c = [], []
+        for b in models:
+            if a not in idx or b not in idx:
+                row_o.append(None)
+                row_c.append(0)
+                continue
+            n = int(games[idx[a], idx[b]])
+            row_c.append(n)
+            row_o.append(float(observed[idx[a], idx[b]]) if n else None)
+        obs.append(row_o)
+        cnt.append(row_c)
+    return ('<p class="note">Row beats column, in percent: the chance predicted by the ratings, and the share of '
+            "points the row actually took (ties count half); then the number of battles of each pair. Models are "
+            "numbered by rank; hover a cell for the pair.</p><div class=\"charts\">"
+            f'<figure><figcaption>predicted</figcaption>{heatmap(models, pred, label="predicted win rate")}</figure>'
+            f'<figure><figcaption>observed</figcaption>{heatmap(models, obs, label="observed win rate")}</figure>'
+            f'<figure><figcaption>battles</figcaption>'
+            f'{heatmap(models, cnt, kind="count", fmt="count", label="battles per pair")}</figure></div>')
+
+
+def _group_boards(cfg, ratings: list[Rating], battles: list[Battle], prompts: list[Prompt]) -> str:  # noqa: ANN001
+    from ..rating.bt import leaderboard
+
+    by_pid = {p.id: p for p in prompts}
+    columns: list[tuple[str, str, list[Battle]]] = []  # (kind, name, battles)
+    subsets: dict[str, list[Battle]] = defaultdict(list)
+    cats: dict[str, list[Battle]] = defaultdict(list)
+    for b in battles:
+        p = by_pid.get(b.prompt_id)
+        if p is None:
+            continue
+        for half in p.meta.get("testset", []) if isinstance(p.meta.get("testset"), list) else []:
+            subsets[str(half)].append(b)
+        if p.category:
+            cats[p.category].append(b)
+    if subsets:
+        columns.append(("subset", "mix (all)", battles))
+        columns += [("subset", k, v) for k, v in sorted(subsets.items())]
+    columns += [("category", k, v) for k, v in sorted(cats.items())]
+    if not columns:
+        return '<p class="note">The test set has no categories or subsets (diverse / hard).</p>'
+    r = cfg.ratings
+    boot = min(r.bootstrap, GROUP_BOOTSTRAP)
+    boards: list[dict[str, Rating]] = []
+    for _, _, bs in columns:
+        try:
+            with warnings.catch_warnings():  # small groups often lack an exact optimum: the prior handles it
+                warnings.simplefilter("ignore")
+                board = leaderboard(bs, anchor=r.anchor if r.anchor else None, anchor_rating=r.anchor_rating,
+                                    bootstrap=boot, resample=r.resample, seed=r.seed)
+            boards.append({x.model: x for x in board})
+        except (ArenaError, ValueError):
+            boards.append({})
+    head = ["model", *[f"{name} ({len(bs)})" for _, name, bs in columns]]
+    rows = []
+    for x in ratings:
+        cells = [_e(x.model)]
+        for board in boards:
+            g = board.get(x.model)
+            cells.append("-" if g is None else
+                         f'{_num(g.rating)} <span class="rk">#{g.rank}</span><br><span class="ci">'
+                         f"{_ci(g.ci_low, g.ci_high)}</span>")
+        rows.append(cells)
+    kinds = Counter(k for k, _, _ in columns)
+    note = (f'<p class="note">Bradley-Terry on each group\'s battles alone (number in the header), {boot} bootstrap '
+            f"rounds; cell: rating, rank in the group, 95% CI. "
+            + (f"{kinds['subset'] - 1} test-set subsets (diverse / hard, from <code>arena testset build</code>); "
+               if kinds["subset"] else "")
+            + (f"{kinds['category']} task categories." if kinds["category"] else "") + "</p>")
+    return note + f'<div class="wide">{_table(head, rows)}</div>'
+
+
+def _cluster_html(cmap: dict[str, Any], per_cluster: list[dict[str, Any]] | None, prompts: list[Prompt]) -> str:
+    points = cmap.get("points", [])
+    names = sorted({str(p.get("cluster")) for p in points}, key=lambda s: (len(s), s))
+    if per_cluster:
+        names = [str(c["cluster"]) for c in per_cluster] + [n for n in names if n not in
+                                                            {str(c["cluster"]) for c in per_cluster}]
+    colour = {n: i for i, n in enumerate(names)}
+    text = {p.id: " ".join(p.turns[0].split())[:120] for p in prompts}
+    pts = [(float(p["x"]), float(p["y"]), colour.get(str(p.get("cluster")), 0), bool(p.get("selected")),
+            f"{p.get('cluster')}: {text[p['id']]}" if p.get("id") in text else str(p.get("cluster")))
+           for p in points if p.get("x") is not None and p.get("y") is not None]
+    out = [f'<p class="note">{_e(cmap.get("method", "?"))} projection of the prompt embeddings '
+           f"({len(pts)} of {cmap.get('n_total', len(pts))} cleaned prompts shown); bold points are in the test "
+           "set (diverse + hard), faint ones were left out. Hover a point for its prompt.</p>",
+           scatter(pts, names, label="test set cluster map")]
+    samples: dict[str, list[str]] = defaultdict(list)
+    for p in prompts:
+        if p.cluster is not None and len(samples[str(p.cluster)]) < 3:
+            samples[str(p.cluster)].append(" ".join(p.turns[0].split())[:140])
+    if per_cluster:
+        rows = []
+        for c in per_cluster:
+            name = str(c["cluster"])
+            ex = samples.get(name) or ([c["example"]] if c.get("example") else [])
+            sw = f'<span class="sw" style="background:{_swatch(colour.get(name, 0))}"></span>'
+            rows.append([sw + _e(name), str(c.get("size", "")), str(c.get("diverse", "")), str(c.get("hard", "")),
+                         str(c.get("mix", "")), _num(c.get("difficulty"), 2),
+                         "<br>".join(f"<span class=\"sample\">{_e(s)}</span>" for s in ex)])
+        out.append(_table(["cluster", "size", "diverse", "hard", "in test set", "difficulty", "sample prompts"],
+                          rows, attrs='class="clusters"'))
+        # the samples column reads best left-aligned
+        out[-1] = out[-1].replace('<td class="">' + "<span class=\"sample\">", '<td class="l"><span class="sample">')
+    return "".join(out)
+
+
+def _swatch(i: int) -> str:
+    from .charts import PALETTE
+
+    return PALETTE[i % len(PALETTE)]
+
+
+def _flywheel_html(root: Path) -> str:
+    """Return the flywheel section from ``WORKSPACE/flywheel/state.json`` and its losses, or '' when absent.
+
+    Read as files (the flywheel package is not imported): the report works without it.
+    """
+    fw = root / "flywheel"
+    try:
+        state = json.loads((fw / "state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(state, dict):
+        return ""
+    out: list[str] = []
+    last = state.get("last_report") or {}
+    rounds = last.get("rounds") or []
+    evals = state.get("evaluations") or []
+    if rounds or last.get("references") or last.get("base"):
+        rows = []
+        if last.get("base"):
+            rows.append(("base: " + str(last["base"]["model"]), last["base"]))
+        rows += [(f"round {x['round']}: {x['model']}", x) for x in rounds]
+        rows += [("reference: " + str(x["model"]), x) for x in last.get("references") or []]
+        plot = [(n, x["rating"], x.get("ci_low"), x.get("ci_high")) for n, x in rows if x.get("rating") is not None]
+        out.append('<p class="note">Rating with 95% CI of each round\'s model, the untrained base and the '
+                   "references, rated together on the test set after the last round.</p>")
+        out.append(ci_plot(plot, width=760, label="rating per round"))
+        out.append(_table(
+            ["round", "model", "rating", "95% CI", "SFT examples", "DPO pairs", "RM pairs", "train loss", "stages"],
+            [[str(x["round"]), _e(x["model"]), _num(x.get("rating")), _ci(x.get("ci_low"), x.get("ci_high")),
+              str(x.get("sft_examples", 0)), str(x.get("dpo_pairs", 0)), str(x.get("rm_pairs", 0)),
+              _num(x.get("train_loss"), 4), _e(", ".join(x.get("stages", [])))] for x in rounds], left=2))
+    if len(evals) >= 2:
+        series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for k, ev in enumerate(evals):
+            for rt in ev.get("ratings", []):
+                if rt.get("rating") is not None:
+                    series[str(rt["model"])].append((float(k), float(rt["rating"])))
+        out.append('<p class="note">Ratings at each evaluation (x: evaluation number, after '
+                   + _e("; ".join(f"{k}: {ev.get('after', '?')}" for k, ev in enumerate(evals))) + ").</p>")
+        out.append(line_chart(list(series.items()), x_label="evaluation", y_label="rating",
+                              label="ratings per evaluation"))
+    stages = [s for s in (state.get("stages") or {}).values() if isinstance(s, dict)]
+    harvested = [(str(s.get("key")), sorted((s.get("by_model") or {}).items())) for s in stages if s.get("by_model")]
+    if harvested:
+        out.append('<h3>Data harvested per reference model</h3><p class="note">Training examples (SFT: the '
+                   "reference answer the target lost to; DPO / RM: the chosen answer) each stage took from each "
+                   "model.</p>")
+        out.append(bars([(k, [(m, float(v)) for m, v in parts]) for k, parts in harvested],
+                        label="data harvested per reference"))
+        refs = sorted({m for _, parts in harvested for m, _ in parts})
+        out.append(_table(["stage", *refs, "total"],
+                          [[_e(k), *[str(dict(parts).get(m, 0)) for m in refs], str(sum(v for _, v in parts))]
+                           for k, parts in harvested]))
+    series_l = []
+    for path in sorted(fw.glob("round-*/*/losses.json")):
+        try:
+            log = json.loads(path.read_text(encoding="utf-8")).get("log", [])
+        except (OSError, ValueError, AttributeError):
+            continue
+        pts = [(float(e["step"]), float(e["loss"])) for e in log
+               if isinstance(e, dict) and isinstance(e.get("loss"), (int, float)) and isinstance(e.get("step"), (int, float))]
+        if pts:
+            series_l.append((f"{path.parent.parent.name}/{path.parent.name}", pts))
+    if series_l:
+        out.append('<h3>Training losses</h3><p class="note">The trainer\'s logged loss per step, per stage '
+                   "(<code>flywheel/round-R/I-KIND/losses.json</code>).</p>")
+        out.append(line_chart(series_l, x_label="step", y_label="loss", label="training losses"))
+    if not out:
+        return ""
+    return "".join(out)
+
+
+def _browser_shell(browser: BrowserData) -> str:
+    n = browser.index["n"]
+    return (f'<p class="note">Every prompt and pair the judge looked at ({n:,}), in prompt order. Filter, then '
+            "click a row: the prompt (all turns), both answers and each game the judge played (both orders) with "
+            "its scores and explanation. Texts are shown as written, never interpreted.</p>"
+            '<div id="bb" class="bb"><div class="bb-filters">'
+            '<label>model <select id="bb-model1"><option value="-1">any</option></select></label>'
+            '<label>against <select id="bb-model2"><option value="-1">any</option></select></label>'
+            '<label>category <select id="bb-cat"><option value="-1">any</option></select></label>'
+            '<label>outcome <select id="bb-outcome"><option value="any">any</option>'
+            '<option value="decisive">a winner</option><option value="tie">tie</option>'
+            '<option value="win">model wins</option><option value="loss">model loses</option>'
+            '<option value="none">no verdict</option></select></label>'
+            '<label>judge flags <select id="bb-flag"><option value="-1">any</option>'
+            '<option value="0">none</option></select></label>'
+            '<label>prompt <input id="bb-search" type="search" placeholder="text in the prompt"></label>'
+            '</div><div class="bb-bar"><span id="bb-count"></span> <button id="bb-prev" type="button">&larr;</button>'
+            ' <span id="bb-page"></span> <button id="bb-next" type="button">&rarr;</button></div>'
+            '<table id="bb-table"><thead><tr><th>#</th><th class="l">prompt</th><th class="l">category</th>'
+            '<th class="l">model A</th><th class="l">model B</th><th class="l">result</th><th>scores</th>'
+            '<th class="l">flags</th></tr></thead><tbody id="bb-rows"></tbody></table>'
+            '<div id="bb-detail" class="bb-detail" hidden></div>'
+            '<noscript><p class="note">The battle browser needs JavaScript.</p></noscript></div>')
 
 
 def _audit_html(root: Path) -> str:
@@ -217,8 +497,29 @@ def _audit_html(root: Path) -> str:
                    "same verdict both orders", "longer answer wins", "flagged"], rows)
 
 
-def write_report(workspace: str | Path, path: str | Path | None = None) -> Path:
-    """Write the report of ``workspace`` (default ``WORKSPACE/report.html``) and return its path."""
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def write_report(workspace: str | Path, path: str | Path | None = None, *, inline_limit: int = INLINE_LIMIT) -> Path:
+    """Write the report of ``workspace`` (default ``WORKSPACE/report.html``) and return its path.
+
+    When the battle texts pass ``inline_limit`` bytes they are written to ``<stem>_files/`` beside it.
+    """
     target = Path(path) if path is not None else Path(workspace) / "report.html"
-    target.write_text(build_report(workspace), encoding="utf-8")
+    chunk_dir = _SAFE_NAME.sub("_", target.stem) + "_files"
+    page, files = build_report(workspace, chunk_dir=chunk_dir, inline_limit=inline_limit)
+    folder = target.parent / chunk_dir
+    if folder.is_dir():  # chunks of an earlier report: never mix them with this one's
+        for old in folder.glob("chunk-*.js"):
+            old.unlink()
+        if not files:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+    if files:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in files:
+            (folder / name).write_text(text, encoding="utf-8")
+    target.write_text(page, encoding="utf-8")
     return target

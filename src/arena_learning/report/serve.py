@@ -1,0 +1,69 @@
+"""Serve a workspace's report on 127.0.0.1 (``arena view``): built into a temporary folder, never the workspace."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import tempfile
+import threading
+from pathlib import Path
+
+from .html import INLINE_LIMIT, write_report
+
+HOST = "127.0.0.1"
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        pass
+
+    def end_headers(self) -> None:
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        super().end_headers()
+
+
+class ReportServer:
+    """The report of ``workspace`` written to a temporary folder and served from it over HTTP on 127.0.0.1.
+
+    ``port`` 0 takes a free port. ``url`` is the page's address once started; ``close`` stops the
+    server and removes the folder.
+    """
+
+    def __init__(self, workspace: str | Path, port: int = 0, *, inline_limit: int = INLINE_LIMIT):
+        self._tmp = tempfile.TemporaryDirectory(prefix="arena-view-")
+        try:
+            self.page = write_report(workspace, Path(self._tmp.name) / "index.html", inline_limit=inline_limit)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        handler = functools.partial(_Quiet, directory=self._tmp.name)
+        try:
+            self.httpd = http.server.ThreadingHTTPServer((HOST, port), handler)
+        except OSError:
+            self._tmp.cleanup()
+            raise
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://{HOST}:{self.port}/index.html"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ReportServer:
+        """Serve in a background thread (for tests and embedding); return self."""
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self.httpd.shutdown()
+        self.httpd.server_close()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> ReportServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
