@@ -445,6 +445,13 @@ class Store:
         }
 
     # ---- forgetting and cleaning --------------------------------------------------
+    def model_names(self) -> set[str]:
+        """Return every model name that has answers, battles or ledger calls here."""
+        rows = self.db.execute(
+            "SELECT model FROM answers UNION SELECT model_a FROM battles UNION SELECT model_b FROM battles "
+            "UNION SELECT requested_by FROM calls WHERE requested_by IS NOT NULL")
+        return {r[0] for r in rows}
+
     def forget_model(self, name: str) -> dict[str, int]:
         """Drop a model's answers, the judgments and battles it took part in, and the ledger calls it made.
 

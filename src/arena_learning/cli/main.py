@@ -147,6 +147,10 @@ def import_answers(
     from ..arena.imports import read_answers
 
     report = read_answers(files, model)
+    if not report.answers:
+        first = f"; first problem: {report.skipped[0]}" if report.skipped else ""
+        raise ArenaError(f"no answers in {', '.join(map(str, files))} ({len(report.skipped)} records skipped{first}): "
+                         "nothing was imported; give arena-hard, MT-Bench or {prompt_id, model, turns} records")
     with Store(workspace) as store:
         store.put_answers(report.answers)
         known = {p.id for s in store.prompt_sets() for p in store.get_prompts(s)}
@@ -378,6 +382,11 @@ def forget(
     with Store(workspace, readonly=True):
         pass  # a missing workspace is an error, never created
     with Store(workspace) as store:
+        known = store.model_names()
+        unknown = [name for name in model if name not in known]
+        if unknown:
+            raise ArenaError(f"{workspace} has nothing of {', '.join(map(repr, unknown))}: its models are "
+                             f"{', '.join(sorted(known)) or 'none'}; nothing was forgotten")
         for name in model:
             n = store.forget_model(name)
             err_console.print(f"forgot {name}: {n['answers']} answers, {n['judgments']} judgments, {n['battles']} "
