@@ -63,10 +63,10 @@ def chromium() -> str:
     if path is None and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         cmd = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
         if done.returncode != 0:  # a fresh machine: the package lists first
-            subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=600)
-            subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+            subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=600, check=False)
+            subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
         path = _find_chromium()
     if path is None:
         pytest.skip("browser tests need Chromium: `apt-get install -y chromium` (Debian) or set ARENA_CHROMIUM to a "

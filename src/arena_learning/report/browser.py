@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +38,7 @@ def json_for_html(value: Any) -> str:
 
 
 def _num(x: float | None) -> float | None:
-    if x is None or x != x or x in (float("inf"), float("-inf")):
+    if x is None or not math.isfinite(x):
         return None
     return round(float(x), 3)
 

@@ -65,7 +65,8 @@ def ci_plot(rows: Sequence[tuple[str, float, float | None, float | None]], width
                      f'<text x="{x(t):.1f}" y="{height - 6}" text-anchor="middle">{t:g}</text>')
     for i, ((name, v, _, _), a, b) in enumerate(zip(rows, lows, highs)):
         y = 15 + i * row_h
-        parts.append(f'<text x="{label_w - 8}" y="{y + 4}" text-anchor="end">{esc(name)}</text>')
+        short = name if len(name) <= 32 else name[:31] + "\u2026"
+        parts.append(f'<text x="{label_w - 8}" y="{y + 4}" text-anchor="end">{esc(short)}<title>{esc(name)}</title></text>')
         parts.append(f'<line class="ci" x1="{x(a):.1f}" x2="{x(b):.1f}" y1="{y}" y2="{y}" stroke="#7aa6d6" '
                      f'stroke-width="6"><title>{esc(name)}: {a:.1f} .. {b:.1f}</title></line>')
         parts.append(f'<circle cx="{x(v):.1f}" cy="{y}" r="4.5" fill="#1f4e85"><title>{esc(name)}: {v:.1f}</title></circle>')
