@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +29,11 @@ def register(app: typer.Typer) -> None:
         except OSError as err:
             raise ArenaError(f"cannot listen on 127.0.0.1:{port} ({err.strerror or err}): choose another --port") from None
         typer.echo(f"serving the report of {workspace} at {server.url} (Ctrl-C stops)", err=True)
+
+        def stop(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt  # SIGTERM too: close the server and remove its temporary folder
+
+        signal.signal(signal.SIGTERM, stop)
         try:
             server.serve_forever()
         except KeyboardInterrupt:
