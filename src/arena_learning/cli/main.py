@@ -28,7 +28,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()  # results only, so `--json` output can be piped
-err_console = Console(stderr=True)  # progress, call stats, warnings
+# progress, call stats, warnings; 120 columns when stderr is a file or pipe (CI logs), so tables are not squeezed
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run config (see examples/quickstart.yaml)")]
