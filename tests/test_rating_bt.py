@@ -426,3 +426,66 @@ def test_a_model_absent_from_every_bootstrap_round_has_no_interval_and_is_named(
     assert board["rare"].rank_ci is None and board["a"].rank_ci is not None
     assert all(math.isfinite(board[m].ci_low) and math.isfinite(board[m].ci_high) for m in ("a", "b"))
     assert any("rare: no battle" in note for note in result.warnings)
+
+
+def test_anchored_bootstrap_is_the_free_bootstrap_relative_to_the_anchor_in_every_round():
+    # One gauge for every round: a round is "rating minus the anchor's rating, plus
+    # anchor_rating". A round that lost every battle of the anchor has no such numbers, so
+    # it is NaN throughout, not centred on the mean as the other models' rounds would be.
+    table = BattleTable.from_battles(_rare_model_battles())
+    free = rate(table, bootstrap=200, seed=0)
+    with pytest.warns(RatingWarning) as caught:
+        anchored = rate(table, bootstrap=200, seed=0, anchor="rare", anchor_rating=1000.0)
+    r = free.models.index("rare")
+    lost = np.isnan(free.boot[:, r])
+    assert 0 < lost.sum() < 200  # some rounds lack the anchor, most have it
+    expected = free.boot - free.boot[:, [r]] + 1000.0
+    np.testing.assert_allclose(anchored.boot, expected, atol=1e-8)
+    assert np.isnan(anchored.boot[lost]).all()
+    assert any(f"{lost.sum()} of 200 bootstrap rounds left out every battle of the anchor 'rare'" in str(w.message)
+               for w in caught)
+    lo, hi = np.nanquantile(expected, [0.025, 0.975], axis=0)
+    np.testing.assert_allclose(anchored.ci_low, lo, atol=1e-8)
+    np.testing.assert_allclose(anchored.ci_high, hi, atol=1e-8)
+
+
+def test_a_line_search_that_finds_no_ascent_is_not_taken_for_convergence(monkeypatch, small_table):
+    # A Newton direction that points downhill (as a wrong or indefinite Hessian would give):
+    # no step length raises the likelihood. 40 halvings leave a tiny step, which must not
+    # count as convergence while the gradient is far from 0.
+    from arena_learning.rating import bt
+
+    real = bt._newton_direction
+    monkeypatch.setattr(bt, "_newton_direction", lambda neg, g: -real(neg, g))
+    cells = CellCounts.from_table(small_table)
+    w, t = cells.matrices(cells.counts[None, :].astype(np.float64))
+    present = (w + w.transpose(0, 2, 1) + t).sum(-1) > 0
+    theta, _, ok = bt._fit(w, t, "half", present, np.zeros(1))
+    assert not ok.any()
+    np.testing.assert_allclose(theta, 0.0, atol=1e-6)  # it went nowhere from the start
+    with pytest.warns(RatingWarning, match="did not converge"):
+        rate(small_table, bootstrap=0)
+
+
+def test_a_round_already_at_the_optimum_converges_even_when_no_step_raises_the_likelihood(monkeypatch, small_table):
+    from arena_learning.rating import bt
+
+    cells = CellCounts.from_table(small_table)
+    w, t = cells.matrices(cells.counts[None, :].astype(np.float64))
+    present = (w + w.transpose(0, 2, 1) + t).sum(-1) > 0
+    best, _, ok = bt._fit(w, t, "half", present, np.zeros(1))
+    assert ok.all()
+    real = bt._newton_direction
+    calls = []
+
+    def downhill_after_convergence(neg, g):
+        # exact Newton steps; once the gradient is rounding noise, a long step downhill that
+        # no halving rescues: the round must stay at the optimum and count as converged
+        calls.append(float(np.abs(g).max()))
+        step = real(neg, g)
+        return -1e8 * np.sign(g) if calls[-1] < 1e-9 else step
+
+    monkeypatch.setattr(bt, "_newton_direction", downhill_after_convergence)
+    theta, _, ok = bt._fit(w, t, "half", present, np.zeros(1), tol=0.0)
+    assert ok.all()
+    np.testing.assert_allclose(theta, best, atol=1e-9)

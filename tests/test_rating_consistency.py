@@ -63,6 +63,20 @@ def test_identical_boards_agree_perfectly():
     assert c.brier < 1e-3
 
 
+def test_a_pair_the_candidate_cannot_separate_for_lack_of_an_interval_counts_as_not_agreeing():
+    # The reference separates all three pairs. The candidate agrees on a-b but has no
+    # interval for c: a-c and b-c are not separated by it, so they score 0, not vanish.
+    ref = board([("a", 300, 290, 310), ("b", 200, 190, 210), ("c", 100, 90, 110)])
+    cand = board([("a", 30, 29, 31), ("b", 20, 19, 21), ("c", 10, None, None)])
+    c = compare_boards(cand, ref)
+    assert c.agreement_pairs == 3
+    assert c.agreement == pytest.approx(1 / 3)
+    # a candidate with no intervals at all agrees on nothing
+    bare = board([("a", 30, None, None), ("b", 20, None, None), ("c", 10, None, None)])
+    c = compare_boards(bare, ref)
+    assert (c.agreement, c.agreement_pairs) == (pytest.approx(0.0), 3)
+
+
 def test_boards_without_intervals_use_orders_only():
     cand = board([("a", 3, None, None), ("b", 2, None, None), ("c", 1, None, None)])
     ref = board([("a", 30, None, None), ("b", 10, None, None), ("c", 20, None, None)])

@@ -184,3 +184,28 @@ def test_the_ridge_moves_identifiable_coefficients_negligibly():
     _, beta1, ok1 = style_mod._fit_contextual(rows, w, present, np.zeros(1), ridge=1e-9)
     assert ok0.all() and ok1.all()
     assert np.allclose(beta0, beta1, rtol=1e-6, atol=1e-10)
+
+
+def test_plain_and_controlled_bootstraps_share_each_rounds_resample():
+    # With style features that never differ, control changes nothing: if both bootstraps fit
+    # round r on the same resample, their rounds are equal and the difference interval is 0.
+    table, fa, fb, _ = biased_arena(np.random.default_rng(5), n=1500)
+    same = np.ones_like(fa)
+    for resample in ("prompt", "battle"):
+        result = rate_style(table, same, same, feature_names=["length", "bold"], bootstrap=30, resample=resample,
+                            seed=3, max_chunk_elems=20_000)  # several chunks
+        np.testing.assert_allclose(result.controlled.boot, result.plain.boot, atol=1e-6)
+        lo, hi = result.delta_interval()
+        np.testing.assert_allclose(lo, 0.0, atol=1e-6)
+        np.testing.assert_allclose(hi, 0.0, atol=1e-6)
+
+
+def test_the_controlled_minus_plain_difference_has_a_paired_interval():
+    table, fa, fb, _ = biased_arena(np.random.default_rng(2), n=6000)
+    result = rate_style(table, fa, fb, feature_names=["length", "bold"], bootstrap=60, seed=1)
+    i = table.models.index("m00")
+    lo, hi = np.quantile(result.controlled.boot[:, i] - result.plain.boot[:, i], [0.025, 0.975])
+    row = {r["model"]: r for r in result.to_rows()}["m00"]
+    assert (row["delta_ci_low"], row["delta_ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
+    assert row["delta_ci_low"] < row["delta"] < row["delta_ci_high"] < 0  # control takes m00's length credit away
+    assert rate_style(table, fa, fb, feature_names=["length", "bold"], bootstrap=0).to_rows()[0]["delta_ci_low"] is None

@@ -155,3 +155,27 @@ def test_adaptive_reaches_the_round_robin_ranking_with_half_the_calls(seed):
     assert len(battles) <= len(rr) / 2
     rho = bench.spearman(bench.ratings_of(battles, arena.models), bench.ratings_of(rr, arena.models))
     assert rho >= 0.98, f"Spearman {rho:.3f} vs the round robin with {len(battles)} of {len(rr)} battles"
+
+
+def test_adaptive_needs_at_most_half_the_calls_of_random_in_the_hard_setting():
+    # The benchmark's headline: calls until the minimum over seeds of Spearman with the full
+    # round robin reaches 0.98, adaptive against the round robin's battles in random order.
+    setting = bench.HARD
+    curves = {"random": [], "adaptive": []}
+    for seed in range(10):
+        arena = bench.simulate_arena(int(setting["models"]), int(setting["prompts"]), seed=seed,
+                                     spread=setting["spread"])
+        for name, curve in bench.agreement_curves(arena, seed).items():
+            curves[name].append(curve)
+    need = {name: bench.first_reach(*bench.minimum_over_seeds(c)) for name, c in curves.items()}
+    assert need["adaptive"] <= bench.TARGET_RATIO * need["random"], need
+
+
+def test_minimum_over_seeds_steps_each_curve_and_first_reach_and_stay_differ():
+    calls, rho = bench.minimum_over_seeds([(np.array([2, 6]), np.array([0.5, 0.99])),
+                                           (np.array([4, 8]), np.array([0.985, 0.9]))])
+    np.testing.assert_array_equal(calls, [2, 4, 6, 8])
+    np.testing.assert_allclose(rho, [-1.0, 0.5, 0.985, 0.9])
+    c, r = np.array([1, 2, 3, 4]), np.array([0.99, 0.97, 0.985, 0.99])
+    assert bench.first_reach(c, r) == 1 and bench.calls_to_stay(c, r) == 3
+    assert bench.first_reach(c, r - 0.1) == float("inf") and bench.calls_to_stay(c, r - 0.02) == float("inf")

@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from itertools import combinations
 
 import numpy as np
-from scipy.special import expit
 
 from ..errors import ArenaError
 from ..records import Battle
@@ -136,20 +135,23 @@ class AdaptiveScheduler:
        any fit.
     2. Then, before each batch, Bradley-Terry strengths are fitted on the observed counts
        (``rating.bt.fit_counts``, ties as half a win, ``prior_games`` virtual games so
-       early fits stay finite) and their covariance from the Fisher information. The
-       order of a pair (i, j) is in doubt when z = |theta_i - theta_j| / SE(theta_i -
-       theta_j) is small. The batch is filled one battle at a time with the pair whose
-       battle most reduces the variance of the differences in doubt (each weighted by
-       the normal density at its z, relative to its variance; see ``_choose``), updating
-       the covariance after each pick. So a batch spreads over the uncertain pairs, and
-       when two close models have used up their direct prompts it plays them against
-       common opponents, as a round robin would.
+       early fits stay finite) and their covariance from the Fisher information. What
+       the schedule can reach is the full round robin's order, so the doubt about a pair
+       (i, j) is measured against it: z = |theta_i - theta_j| / sqrt(V_res), where V_res is
+       the part of the variance of theta_i - theta_j that the battles not yet played could
+       still remove. The batch is filled one battle at a time with the pair whose battle
+       most reduces the variance of the differences in doubt (each weighted by the normal
+       density at its z, relative to V_res; see ``_choose``), updating the covariance
+       after each pick. So a batch spreads over the uncertain pairs, and when two close
+       models have used up their direct prompts it plays them against common opponents,
+       as a round robin would.
     3. Exploration: a share ``explore`` of each batch goes to the pairs with the fewest
        battles so far, so no pair is written off on an early, noisy estimate.
 
     It stops (``next_batch`` returns ``[]``) when ``budget`` battles are scheduled, when
-    no (prompt, pair) is left, or when every pair is ordered with z >= ``stop_z``
-    (pairs of equal strength never are, so the budget is what usually ends it).
+    no (prompt, pair) is left, or when every pair is ordered with |theta_i - theta_j| / SE
+    >= ``stop_z``, SE its full standard error (pairs of equal strength never are, so the
+    budget is what usually ends it).
     A (prompt, unordered pair) is never scheduled twice; a pair gets the prompt its two
     models have played least on (``_take``), so every model meets the whole prompt set.
 
@@ -341,7 +343,7 @@ class AdaptiveScheduler:
     def _estimate(self) -> tuple[np.ndarray, np.ndarray]:
         """Return theta float64 (K,) and its Fisher information float64 (K, K), natural units."""
         if self._fit is None:
-            from ..rating.bt import fit_counts
+            from ..rating.bt import expit, fit_counts
 
             theta, _ = fit_counts(self._wins, self._ties, tie_model="half", prior_games=self.prior_games)
             n = self._wins + self._wins.T + self._ties
@@ -365,16 +367,25 @@ class AdaptiveScheduler:
     def _choose(self, room: int, left: np.ndarray) -> list[int]:
         """Return up to ``room`` pair indices (repeats allowed) for the next batch.
 
+        The target is the order the full round robin of these prompts would give, the most
+        any schedule can reach. For a pair (i, j), V is the variance of the estimated
+        difference now and V_all what it would be had every remaining (prompt, pair) been
+        played; for nested fits the variance of the difference of the two estimates is the
+        difference of the variances, so V_res = V - V_all is how far the remaining battles
+        can still move the pair's difference, and z_res = |delta| / sqrt(V_res) says how
+        likely they are to flip its order. A pair whose remaining battles cannot flip it
+        (its direct prompts used up and the common opponents it needs already played) then
+        weighs nothing, however uncertain it still is against the truth.
+
         Exploitation picks, one battle at a time, the pair whose battle most reduces
-        sum_ij w_ij Var(theta_i - theta_j), with w_ij = phi(z_ij) / V_ij (phi the normal
-        density at the pair's z, V_ij the variance at the start of the batch): the
-        relative variance of the differences whose sign is in doubt, a pair counting less
-        the clearer its order. A battle (a, b) adds information v_ab = p(1-p) along
-        e_a - e_b, so by Sherman-Morrison it reduces Var(c' theta) by
-        v (c' S e)^2 / (1 + v e' S e) for covariance S, and summed with weights that is
-        v e' S L_w S e / (1 + v e' S e), L_w the weighted Laplacian of the pairs. Unlike
-        "play the most uncertain pair", this also plays i and j against common opponents
-        once their direct prompts run out.
+        sum_ij w_ij Var(theta_i - theta_j), with w_ij = phi(z_res) / V_res (phi the normal
+        density; V_res at the start of the batch): the relative variance of the
+        differences whose order can still change, a pair counting less the clearer its
+        order. A battle (a, b) adds information v_ab = p(1-p) along e_a - e_b, so by
+        Sherman-Morrison it reduces Var(c' theta) by v (c' S e)^2 / (1 + v e' S e) for
+        covariance S, and summed with weights that is v e' S L_w S e / (1 + v e' S e), L_w
+        the weighted Laplacian of the pairs. Unlike "play the most uncertain pair", this
+        also plays i and j against common opponents once their direct prompts run out.
 
         Sets ``stop_reason`` and returns [] when no pair should play.
         """
@@ -384,13 +395,18 @@ class AdaptiveScheduler:
         theta, info = self._estimate()
         gain = _game_information(theta)[self._pi, self._pj]  # (n_pairs,)
         # battles scheduled but not yet observed count as information already on its way
-        cov = np.linalg.pinv(info + _laplacian(self._pair_matrix(self._pending * gain)))
+        info = info + _laplacian(self._pair_matrix(self._pending * gain))
+        cov = np.linalg.pinv(info)
         var = self._pair_variance(cov)
-        z = np.abs(theta[self._pi] - theta[self._pj]) / np.sqrt(var)
+        delta = np.abs(theta[self._pi] - theta[self._pj])
+        z = delta / np.sqrt(var)
         if (z >= self.stop_z).all():
             self._finish(f"every pair is ordered with |delta|/SE >= {self.stop_z:g}")
             return []
-        weights = np.where(z < self.stop_z, np.exp(-0.5 * z * z), 0.0) / var
+        var_all = self._pair_variance(np.linalg.pinv(info + _laplacian(self._pair_matrix(left * gain))))
+        residual = np.maximum(var - var_all, 1e-12 * var)
+        z_res = delta / np.sqrt(residual)
+        weights = np.where(z < self.stop_z, np.exp(-0.5 * z_res * z_res), 0.0) / residual
         lw = _laplacian(self._pair_matrix(weights))
         tiebreak = self._rng.random(self.n_pairs)  # a seeded choice among equal scores
         left = left.copy()
@@ -437,6 +453,8 @@ def _game_information(theta: np.ndarray, floor: float = 0.01) -> np.ndarray:
     The default floor keeps a pair the fit thinks lopsided worth something when
     choosing battles (an early fit can be far off); the Fisher information uses 0.
     """
+    from ..rating.bt import expit  # numpy's; scipy.special would cost every command ~0.2 s at start-up
+
     p = expit(theta[:, None] - theta[None, :])
     return np.maximum(p * (1.0 - p), floor)
 

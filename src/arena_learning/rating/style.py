@@ -28,7 +28,7 @@ from scipy.special import expit, log_expit
 from ..errors import ArenaError
 from ..records import Battle
 from .bt import TIE_CHOICES, BTResult, RatingWarning, _fit_exists, _gauge, _model_counts, ranks, rate
-from .counts import A_WINS, RESAMPLE_CHOICES, TIE, BattleTable
+from .counts import A_WINS, RESAMPLE_CHOICES, TIE, BattleTable, CellCounts
 
 STYLE_FEATURES = ("length", "headers", "lists", "bold")
 """Names of the columns ``answer_style`` returns, in order."""
@@ -96,16 +96,37 @@ class StyleResult:
     def coefficient_table(self) -> dict[str, float]:
         return dict(zip(self.feature_names, (float(c) for c in self.coefficients)))
 
+    def delta_interval(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Return float64 (K,) bounds of controlled minus plain rating, in table order.
+
+        Quantiles (``ci`` of the settings) of the per-round difference: round r of both
+        bootstraps is fitted on the same resample. (None, None) without bootstrap; NaN for a
+        model absent from every round.
+        """
+        cb, pb = self.controlled.boot, self.plain.boot
+        if cb is None or pb is None:
+            return None, None
+        alpha = (1.0 - float(self.controlled.settings.get("ci", 0.95))) / 2.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN column: no interval
+            lo, hi = np.nanquantile(cb - pb, [alpha, 1.0 - alpha], axis=0)
+        return lo, hi
+
     def to_rows(self) -> list[dict[str, object]]:
         """Return one dict per model for a report, best controlled rating first.
 
         Keys: model, rating, ci_low, ci_high, rank (without control), rating_controlled,
-        ci_low_controlled, ci_high_controlled, rank_controlled, and delta (controlled minus plain).
+        ci_low_controlled, ci_high_controlled, rank_controlled, delta (controlled minus plain)
+        and delta_ci_low, delta_ci_high: the interval of delta over the bootstrap rounds (both
+        fits see the same resample in a round), None without bootstrap.
         """
         plain = {r.model: r for r in self.plain.to_ratings()}
+        lo, hi = self.delta_interval()
+        index = {m: i for i, m in enumerate(self.controlled.models)}
         rows = []
         for r in self.controlled.to_ratings():
             p = plain[r.model]
+            i = index[r.model]
             rows.append(
                 {
                     "model": r.model,
@@ -118,6 +139,8 @@ class StyleResult:
                     "ci_high_controlled": r.ci_high,
                     "rank_controlled": r.rank,
                     "delta": r.rating - p.rating,
+                    "delta_ci_low": None if lo is None or not np.isfinite(lo[i]) else float(lo[i]),
+                    "delta_ci_high": None if hi is None or not np.isfinite(hi[i]) else float(hi[i]),
                 }
             )
         return rows
@@ -185,10 +208,6 @@ def rate_style(
     if anchor is not None and anchor not in models:
         raise ArenaError(f"anchor model {anchor!r} has no battles; models are: {', '.join(sorted(models))}")
     notes: list[str] = []
-    plain = rate(
-        table, anchor=anchor, anchor_rating=anchor_rating, bootstrap=bootstrap, resample=resample, ties=ties,
-        seed=seed, scale=scale, base=base, initial=initial, prior_games=prior_games, ci=ci,
-    )
 
     # standardise each feature over battles; a constant feature carries no information
     # and would make the Hessian singular, so it is dropped (coefficient reported as 0)
@@ -204,6 +223,27 @@ def rate_style(
     rows = _Rows.build(table, s, ties)
     k = table.n_models
     elo_per_unit = scale / math.log(base)
+    chunk = max(1, max_chunk_elems // max(1, rows.n * max(1, s.shape[1]), table.n_battles))
+
+    def multiplier_chunks():
+        """Yield float64 (r, N) battle multipliers per chunk; the same for a given seed, every call."""
+        rng = np.random.default_rng(seed)
+        for start in range(0, bootstrap, chunk):
+            yield _battle_multipliers(table, rng, min(chunk, bootstrap - start), resample)
+
+    # The plain ratings are fitted on the very resamples the controlled ones get below
+    # (regenerated from the same seed), so that in each round the two differ only by the
+    # style terms and the controlled-minus-plain difference has a meaningful interval.
+    cells = CellCounts.from_table(table)
+    cell_of_battle = sp.csr_matrix(
+        (np.ones(table.n_battles), (cells.battle_cell, np.arange(table.n_battles))),
+        shape=(cells.n_cells, table.n_battles),
+    )
+    plain = rate(
+        table, anchor=anchor, anchor_rating=anchor_rating, bootstrap=bootstrap, resample=resample, ties=ties,
+        seed=seed, scale=scale, base=base, initial=initial, prior_games=prior_games, ci=ci,
+        resampled_counts=(np.asarray((cell_of_battle @ m.T).T) for m in multiplier_chunks()),
+    )
 
     weights = rows.base_weight[None, :]
     present = rows.present(weights)
@@ -227,14 +267,10 @@ def rate_style(
     boot = median = lo = hi = rank_ci = None
     coef_lo = coef_hi = None
     if bootstrap > 0:
-        rng = np.random.default_rng(seed)
-        chunk = max(1, max_chunk_elems // max(1, rows.n * max(1, s.shape[1])))
         parts, coef_parts = [], []
-        done = 0
-        while done < bootstrap:
-            rc = min(chunk, bootstrap - done)
-            mult = rows.resample(rng, rc, resample)
-            bw = rows.base_weight[None, :] * mult
+        for battle_mult in multiplier_chunks():
+            rc = battle_mult.shape[0]
+            bw = rows.base_weight[None, :] * battle_mult[:, rows.battle]
             bpresent = rows.present(bw)
             if use_prior:
                 bprior = np.full(rc, prior_games)
@@ -248,7 +284,6 @@ def rate_style(
             full = np.zeros((rc, len(names)))
             full[:, used] = bbeta
             coef_parts.append(full)
-            done += rc
         boot = np.concatenate(parts)
         coefs = np.concatenate(coef_parts)
         alpha = (1.0 - ci) / 2.0
@@ -343,13 +378,20 @@ class _Rows:
         """Return float64 (R, K, K) of weighted wins (a tie row is a half win each way)."""
         return np.asarray((self.win_flat.T @ weights.T).T).reshape(-1, self.k, self.k)
 
-    def resample(self, rng: np.random.Generator, rounds: int, how: str) -> np.ndarray:
-        """Return float64 (rounds, n): how many times each row's battle is drawn."""
-        if how == "battle":
-            m = rng.multinomial(self.n_battles, np.full(self.n_battles, 1.0 / self.n_battles), size=rounds)
-            return m[:, self.battle].astype(np.float64)
-        m = rng.multinomial(self.n_prompts, np.full(self.n_prompts, 1.0 / self.n_prompts), size=rounds)
-        return m[:, self.prompt].astype(np.float64)
+
+
+def _battle_multipliers(table: BattleTable, rng: np.random.Generator, rounds: int, how: str) -> np.ndarray:
+    """Return float64 (rounds, N): how many times each battle is drawn in each bootstrap round.
+
+    ``how="battle"`` draws N battles with replacement; ``"prompt"`` draws P prompts with
+    replacement and every battle of a prompt comes with it.
+    """
+    if how == "battle":
+        n = table.n_battles
+        return rng.multinomial(n, np.full(n, 1.0 / n), size=rounds).astype(np.float64)
+    p = table.n_prompts
+    m = rng.multinomial(p, np.full(p, 1.0 / p), size=rounds)
+    return m[:, table.prompt].astype(np.float64)
 
 
 def _check_identifiable(rows: _Rows, weights: np.ndarray, present: np.ndarray, names: list[str]) -> None:
@@ -479,7 +521,8 @@ def _fit_contextual(
         par = par + t[:, None] * step
         ll = ll_new
         flat = np.abs(np.where(free, grad, 0.0)).max(1) <= 1e-8 * np.maximum(1.0, np.abs(ll))
-        converged |= np.where(stuck, flat, np.abs(step).max(1) * t <= tol)
+        # judged on the full Newton step, as in ``bt._fit``: a step halved to nothing is no progress
+        converged |= np.where(stuck, flat, np.abs(step).max(1) <= tol)
         failed |= stuck & ~flat
         if (converged | failed).all():
             break
