@@ -74,8 +74,8 @@ def chromium() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
-def browser(chromium):
+@pytest.fixture(scope="module")  # not session: Playwright's sync API holds an event loop in this thread while open,
+def browser(chromium):          # and later tests call asyncio.run()
     sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright's Python package "
                                    "(pip install -e '.[dev]')")
     with sync_api.sync_playwright() as pw:

@@ -89,7 +89,8 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None,
         err_console.print(f"report: {write_report(store.root)}")
     except Exception as err:  # noqa: BLE001 - any failure of an optional stage is reported, never fatal
         err_console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
-                          f"are kept in {store.root}; retry with `arena report {store.root}`", highlight=False)
+                          f"are kept in {store.root}; retry with `arena report {store.root}`", highlight=False,
+                          soft_wrap=True)
 
 
 @app.command()
