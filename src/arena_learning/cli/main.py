@@ -27,7 +27,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()  # results only, so `--json` output can be piped
+console = Console(width=None if sys.stdout.isatty() else 120)  # results only, so `--json` output can be piped
 # progress, call stats, warnings; 120 columns when stderr is a file or pipe (CI logs), so tables are not squeezed
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 
 from rich import box
@@ -42,4 +43,4 @@ def leaderboard_table(ratings: Sequence[Rating], title: str = "leaderboard",
 def print_leaderboard(ratings: Sequence[Rating], title: str = "leaderboard",
                       extra: Mapping[str, Mapping[str, float]] | None = None) -> None:
     """Print the leaderboard table on stdout (results only; progress and warnings go to stderr)."""
-    Console().print(leaderboard_table(ratings, title, extra))
+    Console(width=None if sys.stdout.isatty() else 120).print(leaderboard_table(ratings, title, extra))
