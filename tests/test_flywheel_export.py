@@ -43,6 +43,17 @@ def pair_items():
     ]
 
 
+@pytest.mark.parametrize("kind", ["sft", "pairs"])
+def test_empty_exports_keep_their_columns(tmp_path, kind):
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(export_items([], tmp_path / "empty.parquet", kind=kind))
+    assert table.num_rows == 0 and ("messages" if kind == "sft" else "chosen") in table.column_names
+    # (datasets 5.2's load_from_disk fails on any empty dataset folder, so only its features are checked)
+    info = json.loads((export_items([], tmp_path / "empty_hf", kind=kind) / "dataset_info.json").read_text())
+    assert ("messages" if kind == "sft" else "chosen") in info["features"]
+
+
 def test_format_by_suffix():
     assert format_of("a/b.jsonl") == "jsonl" and format_of("b.parquet") == "parquet" and format_of("dir") == "hf"
     with pytest.raises(ValueError):

@@ -11,8 +11,7 @@ import pytest
 from arena_learning.arena.answers import answer_prompts
 from arena_learning.config import ModelSpec
 from arena_learning.engines import build_engine
-from arena_learning.engines.calls import CallStats, run_requests
-from arena_learning.engines.base import Request
+from arena_learning.engines.calls import CallStats
 from arena_learning.flywheel import train
 from arena_learning.flywheel.harvest import PreferenceItem, SFTItem
 from arena_learning.flywheel.settings import DPOSettings, LoraSettings, RLSettings, RMSettings, SFTSettings
@@ -89,7 +88,7 @@ def stages(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_sft_trains_saves_and_answers_and_a_retrain_is_a_new_model(stages, tmp_path):
+def test_sft_trains_saves_and_answers(stages, tmp_path):
     res = train.train_sft("bundled", sft_items(), stages / "sft", SFTSettings(**TINY), spec=TARGET)
     assert res.steps == 1 and res.model_dir == stages / "sft" / "model" and train.stage_done(stages / "sft")
     log = json.loads((stages / "sft" / "losses.json").read_text())
@@ -98,15 +97,9 @@ def test_sft_trains_saves_and_answers_and_a_retrain_is_a_new_model(stages, tmp_p
     assert "quantization_config" not in json.loads((res.model_dir / "config.json").read_text())
     stats = answers_through_the_arena(res.model_dir, tmp_path / "ws")
     assert stats.sent == 3
-    # Done stages are not trained again.
+    # Done stages are not trained again. (A model retrained into the same folder is a new model to the
+    # ledger: test_flywheel_engine.py.)
     assert train.train_sft("bundled", sft_items(), stages / "sft", SFTSettings(**TINY), spec=TARGET).reused
-    # Retrained into the same folder (other settings, other weights): the ledger asks the new model.
-    before = build_engine(TARGET.model_copy(update={"model": str(res.model_dir)})).model_id
-    train.train_sft("bundled", sft_items(), stages / "sft", SFTSettings(**{**TINY, "learning_rate": 1e-3}),
-                    spec=TARGET, retrain=True)
-    after = build_engine(TARGET.model_copy(update={"model": str(res.model_dir)})).model_id
-    assert after != before
-    assert answers_through_the_arena(res.model_dir, tmp_path / "ws").sent == 3
 
 
 @pytest.mark.slow

@@ -455,6 +455,7 @@ def _register_extensions() -> None:
     curate_commands.register(app)
     audit_commands.register(app)
     from .view import register as register_view; register_view(app)  # noqa: E702
+    from .flywheel import register as register_flywheel; register_flywheel(app)  # noqa: E702
 
 
 _register_extensions()

@@ -47,13 +47,23 @@ def format_of(path: str | Path, fmt: str | None = None) -> str:
     return {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}.get(suffix, "hf")
 
 
-def write_rows(rows: list[dict[str, Any]], path: str | Path, fmt: str | None = None) -> Path:
+def _empty_like(kind: str) -> dict[str, Any]:
+    """Return a row of ``kind`` ('sft' or 'pairs'), to give an empty export its columns."""
+    turn = [{"role": "user", "content": ""}]
+    if kind == "sft":
+        return sft_rows([SFTItem(messages=turn, prompt_id="", score=0.0, target_score=0.0)])[0]
+    return pair_rows([PreferenceItem(prompt=turn, chosen=turn, rejected=turn, prompt_id="", chosen_score=0.0,
+                                     rejected_score=0.0)])[0]
+
+
+def write_rows(rows: list[dict[str, Any]], path: str | Path, fmt: str | None = None, kind: str = "sft") -> Path:
     """Write ``rows`` to ``path`` as JSONL, Parquet or a Hugging Face dataset folder (``save_to_disk``).
 
-    The file (or folder) appears under its name only when complete.
+    The file (or folder) appears under its name only when complete. No rows still give the
+    columns of ``kind`` (Parquet and dataset folders), so an empty export loads.
     """
     path = Path(path)
-    kind = format_of(path, fmt)
+    shape, kind = kind, format_of(path, fmt)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     if kind == "jsonl":
@@ -62,7 +72,13 @@ def write_rows(rows: list[dict[str, Any]], path: str | Path, fmt: str | None = N
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
         os.replace(tmp, path)
         return path
-    ds = to_dataset(rows)
+    if rows:
+        ds = to_dataset(rows)
+    else:
+        from datasets import Dataset
+
+        features = to_dataset([_empty_like(shape)]).features
+        ds = Dataset.from_dict({name: [] for name in features}, features=features)
     if kind == "parquet":
         ds.to_parquet(str(tmp))
         os.replace(tmp, path)
@@ -82,11 +98,17 @@ def to_dataset(rows: list[dict[str, Any]]):  # noqa: ANN201 - datasets.Dataset
     return Dataset.from_list(rows)
 
 
-def export_items(items: Sequence[SFTItem] | Sequence[PreferenceItem], path: str | Path, fmt: str | None = None) -> Path:
-    """Write SFT examples or preference pairs to ``path`` in TRL's format."""
+def export_items(items: Sequence[SFTItem] | Sequence[PreferenceItem], path: str | Path, fmt: str | None = None,
+                 kind: str | None = None) -> Path:
+    """Write SFT examples or preference pairs to ``path`` in TRL's format.
+
+    ``kind`` ('sft' or 'pairs') gives an empty export its columns; by default it is the items' kind.
+    """
     items = list(items)
-    rows = pair_rows(items) if items and isinstance(items[0], PreferenceItem) else sft_rows(items)  # type: ignore[arg-type]
-    return write_rows(rows, path, fmt)
+    if kind is None:
+        kind = "pairs" if items and isinstance(items[0], PreferenceItem) else "sft"
+    rows = pair_rows(items) if kind == "pairs" else sft_rows(items)  # type: ignore[arg-type]
+    return write_rows(rows, path, fmt, kind)
 
 
 def read_items(path: str | Path) -> list[SFTItem] | list[PreferenceItem]:

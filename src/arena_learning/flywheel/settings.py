@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from ..config import Section
+from ..config import JudgeConfig, ModelSpec, PromptsConfig, RatingConfig, Section, TasksConfig
 
 PAPER = {
     "sft": {"learning_rate": 5e-6, "epochs": 3, "batch_size": 128},
@@ -134,3 +134,112 @@ class RLSettings(TrainSettings):
     num_generations: int = Field(4, ge=2, description="completions sampled per prompt")
     max_completion_length: int = Field(64, ge=1)
     temperature: float = Field(1.0, gt=0.0)
+
+
+# ---- the flywheel run ------------------------------------------------------------------
+
+STAGE_KINDS = ("sft", "dpo", "rl")
+BASELINES = ("all", "random", "longest")
+
+
+class SliceSpec(Section):
+    """A training slice: task-suite prompts made with their own seed, or a prompt set in the workspace.
+
+    Task slices are decontaminated: no test prompt, no few-shot example of any model's prompt
+    format, and no prompt of an earlier slice is generated (slices are disjoint, as D0..DN in the
+    paper). A stored set (e.g. ``pool/D1`` from `arena pool build`) is used as it is, minus any
+    prompt whose text is a test prompt's.
+    """
+
+    n: int = Field(240, ge=1, description="task-suite prompts in the slice (spread over the categories)")
+    seed: int | None = Field(None, description="task-suite seed (default: 1000 + the slice's position)")
+    categories: list[str] | None = None
+    set: str | None = Field(None, description="a prompt set stored in the workspace instead of task prompts")
+    limit: int | None = Field(None, ge=1, description="keep only the first N prompts of the set")
+
+
+class StageSpec(Section):
+    """One training stage of a round: its kind, the slice it battles and trains on, how data is selected."""
+
+    kind: Literal["sft", "dpo", "rl"]
+    slice: str
+    selection: Literal["pair_judge", "all", "random", "longest"] = Field(
+        "pair_judge", description="sft/dpo: pair_judge (the paper) or a baseline (all, random, longest)")
+
+
+class RoundSpec(Section):
+    stages: list[StageSpec] = Field(min_length=1)
+
+
+class RipSettings(Section):
+    """RIP filtering of preference pairs (arXiv 2501.18578); each threshold off when null."""
+
+    min_rejected_score: float | None = None
+    min_rejected_length: int | None = None
+    max_gap: float | None = None
+
+
+class HarvestConfig(Section):
+    sft_threshold: float = Field(0.0, ge=0.0, description="SFT: the target lost by more than this score gap")
+    k: float = Field(1.0, description="DPO: drop pairs whose score gap is at most K")
+    rm_k: float | None = Field(None, description="reward-model pairs: K (default: k)")
+    rip: RipSettings | None = None
+    baselines: list[Literal["all", "random", "longest"]] = Field(
+        default_factory=list, description="ablation: also train each SFT/DPO stage on these selections "
+        "(side by side, from the same model; they do not continue into later stages)")
+    replay: bool = Field(False, description="train each SFT / DPO / RM stage on its own harvest plus the harvests of "
+                         "the same kind from earlier rounds (against forgetting what earlier rounds taught)")
+    seed: int = 0
+
+
+class TrainingConfig(Section):
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+    dpo: DPOSettings = Field(default_factory=DPOSettings)
+    rm: RMSettings = Field(default_factory=RMSettings)
+    rl: RLSettings = Field(default_factory=RLSettings)
+
+
+class FlywheelConfig(Section):
+    """A flywheel run: the target, the references, the judge, the test set, the pool's slices and the rounds.
+
+    Each round trains the model the previous round left (round 0 starts from ``target``); after
+    each stage (``evaluate: stages``) or round, the new model answers the test set and is rated
+    with every earlier model, the starting model and the references.
+    """
+
+    name: str = Field("flywheel", min_length=1)
+    workspace: str | None = None
+    target: ModelSpec = Field(description="the model trained (engine: transformers)")
+    references: list[ModelSpec] = Field(min_length=1, description="the models the target battles")
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    tasks: TasksConfig = Field(default_factory=lambda: TasksConfig(n=180), description="the test set (task suite)")
+    prompts: PromptsConfig | None = Field(None, description="open prompts as the test set instead (LLM judge)")
+    pool: dict[str, SliceSpec] = Field(min_length=1, description="training slices by name (D0, D1, ...)")
+    rounds: list[RoundSpec] = Field(min_length=1)
+    harvest: HarvestConfig = Field(default_factory=HarvestConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    ratings: RatingConfig = Field(default_factory=RatingConfig)
+    evaluate: Literal["stages", "rounds"] = Field("stages", description="rate the model after every stage, or "
+                                                  "only after every round")
+    evaluate_base: bool = Field(True, description="rate the untrained target too")
+
+    @model_validator(mode="after")
+    def _check(self) -> FlywheelConfig:
+        if self.target.engine != "transformers":
+            raise ValueError(f"target {self.target.name!r}: the flywheel trains it, so its engine must be "
+                             f"'transformers' (got {self.target.engine!r})")
+        names = [self.target.name, *(m.name for m in self.references)]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"model names must be unique; repeated: {', '.join(dupes)}")
+        for r, rnd in enumerate(self.rounds):
+            for st in rnd.stages:
+                if st.slice not in self.pool:
+                    raise ValueError(f"rounds.{r}: stage {st.kind} names slice {st.slice!r}, which is not in pool "
+                                     f"({', '.join(self.pool)})")
+                if st.kind == "rl" and self.training.rl.reward == "verifier" and self.pool[st.slice].set is not None:
+                    raise ValueError(f"rounds.{r}: an rl stage with reward 'verifier' needs task-suite prompts; slice "
+                                     f"{st.slice!r} is a stored set (use reward: model)")
+        if self.judge.kind == "verifier" and self.prompts is not None:
+            raise ValueError("judge 'verifier' scores task-suite prompts only; open prompts need an LLM judge")
+        return self

@@ -1,0 +1,203 @@
+"""CLI commands of the flywheel: ``arena flywheel`` (rounds) and ``arena harvest`` (export training data).
+
+Thin: load the config or the workspace, call the flywheel, print the round table or JSON.
+Progress, training logs and notes go to stderr, so ``--json`` output can be piped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ..config import load_config_file
+from ..errors import ArenaError
+from ..store import DEFAULT_SET, Store
+from .errors import user_errors
+
+console = Console()
+err_console = Console(stderr=True)
+# Result tables are 120 columns wide when stdout is a file or pipe (as the other commands' are).
+wide = Console(width=None if sys.stdout.isatty() else 120)
+
+FLYWHEEL_HELP = (
+    "Run the data flywheel of CONFIG (see examples/flywheel.yaml): each round the target battles the references "
+    "on a fresh slice, the battles become SFT / DPO / reward-model data, TRL trains the target, and the new model "
+    "is rated on the test set with every earlier round's model and the references.\n\n"
+    "A run killed anywhere resumes at the stage it was in (finished stages are not redone; training resumes from "
+    "its last checkpoint). --json prints {rounds: [{round, model, rating, ci_low, ci_high, sft_examples, "
+    "dpo_pairs, rm_pairs, train_loss}], references: [{model, rating, ci_low, ci_high}], ...}."
+)
+HARVEST_HELP = (
+    "Export training data from the battles of a workspace in TRL's formats: --kind sft (the prompts the target "
+    "lost, with the best winning answer: {messages}), dpo or rm (most vs fewest wins, score gap above K: "
+    "{prompt, chosen, rejected, margin}); provenance columns ride along. --out: .jsonl, .parquet, or a folder "
+    "(a Hugging Face dataset, load_from_disk)."
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``flywheel`` and ``harvest`` commands to ``app``."""
+    app.command("flywheel", help=FLYWHEEL_HELP)(flywheel_command)
+    app.command("harvest", help=HARVEST_HELP)(harvest_command)
+
+
+def _fmt(x: Optional[float], digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _ci(row: dict) -> str:
+    if row.get("ci_low") is None or row.get("ci_high") is None:
+        return "-"
+    return f"{row['ci_low']:.0f}..{row['ci_high']:.0f}"
+
+
+def print_report(report) -> None:  # noqa: ANN001 - flywheel.rounds.FlywheelReport
+    """Print the round table, the stages, the references and the data harvested per reference model."""
+    t = Table(title="flywheel rounds", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("round", "model", "rating", "95% CI", "sft", "dpo", "rm", "train loss"):
+        t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    if report.base is not None:
+        b = report.base
+        t.add_row("start", b["model"], _fmt(b["rating"]), _ci(b), "", "", "", "")
+    for r in report.rounds:
+        t.add_row(str(r["round"]), r["model"], _fmt(r["rating"]), _ci(r), str(r["sft_examples"]), str(r["dpo_pairs"]),
+                  str(r["rm_pairs"]), _fmt(r["train_loss"], 3))
+    wide.print(t)
+    rows = [*report.stages, *report.ablations]
+    show_sel = any(s["selection"] != "pair_judge" for s in rows)
+    t = Table(title="stages (data: harvested / trained on; times: answering and judging the slice, training)",
+              title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    # The model of stage rR.I-KIND is TARGET-rR-KIND (the round table's names); ablations add -SELECTION.
+    for col in ("stage", "slice", *(["selection"] if show_sel else []), "rating", "95% CI", "data", "steps",
+                "s/step", "loss", "judge s", "train s"):
+        t.add_column(col, justify="left" if col in ("stage", "selection", "slice") else "right", no_wrap=True)
+    for s in rows:
+        sec = s.get("seconds") or {}
+        data = str(s["examples"]) + (f"/{s['trained_on']}" if s.get("trained_on", s["examples"]) != s["examples"] else "")
+        t.add_row(s["key"], s["slice"], *([s["selection"]] if show_sel else []),
+                  _fmt(s["rating"]) if s["status"] == "done" else f"({s['status']})", _ci(s), data,
+                  str(s["steps"] or "-"), _fmt(s["s_per_step"], 2), _fmt(s["train_loss"], 3),
+                  _fmt(sec.get("answer_battle")), _fmt(sec.get("train")))
+    wide.print(t)
+    t = Table(title="references", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("model", "rating", "95% CI"):
+        t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    for r in report.references:
+        t.add_row(r["model"], _fmt(r["rating"]), _ci(r))
+    wide.print(t)
+    models = sorted({m for s in report.stages for m in (s.get("by_model") or {})})
+    if models:
+        t = Table(title="data harvested per model (SFT: the winner that supplied the answer; pairs: the chosen "
+                  "answer's model)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+        t.add_column("stage", no_wrap=True)
+        for m in models:
+            t.add_column(m, justify="right", no_wrap=True)
+        for s in report.stages:
+            t.add_row(s["key"], *[str((s.get("by_model") or {}).get(m, 0)) for m in models])
+        wide.print(t)
+
+
+@user_errors
+def flywheel_command(
+    config: Annotated[Path, typer.Argument(help="YAML flywheel config (see examples/flywheel.yaml)")],
+    workspace: Annotated[Optional[Path], typer.Option("--workspace", "-w", help="workspace directory (default: the "
+                                                      "config's, or workspaces/NAME)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print the round table as JSON")] = False,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field, e.g. --set "
+                                                      "training.sft.epochs=1 (repeatable)")] = None,
+    baselines: Annotated[Optional[str], typer.Option(help="comma-separated selection baselines (all, random, "
+                                                     "longest) trained side by side for the ablation")] = None,
+) -> None:
+    from ..flywheel.rounds import run_flywheel, save_flywheel_config
+    from ..flywheel.settings import BASELINES, FlywheelConfig
+
+    cfg = load_config_file(config, FlywheelConfig, set_)
+    chosen = None
+    if baselines is not None:
+        chosen = [b.strip() for b in baselines.split(",") if b.strip()]
+        bad = [b for b in chosen if b not in BASELINES]
+        if bad:
+            raise ArenaError(f"--baselines: unknown {', '.join(bad)}; use any of {', '.join(BASELINES)}")
+    ws = workspace or (Path(cfg.workspace) if cfg.workspace else Path("workspaces") / cfg.name)
+    with Store(ws) as store:
+        save_flywheel_config(cfg, store)
+        report = run_flywheel(cfg, store, baselines=chosen)
+    if json_out:
+        typer.echo(json.dumps(report.as_json()))
+    else:
+        print_report(report)
+        err_console.print(f"workspace: {ws} ({report.seconds:.0f} s)")
+    # The report is optional: if it fails, the finished rounds stay in the workspace and the run succeeds.
+    from ..report.html import write_report
+
+    try:
+        err_console.print(f"report: {write_report(ws)}")
+    except Exception as err:  # noqa: BLE001 - any failure of an optional stage is reported, never fatal
+        err_console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
+                          f"are kept in {ws}; retry with `arena report {ws}`", highlight=False)
+
+
+@user_errors
+def harvest_command(
+    workspace: Annotated[Path, typer.Argument(help="an arena or flywheel workspace")],
+    kind: Annotated[str, typer.Option("--kind", help="sft, dpo or rm")] = "sft",
+    out: Annotated[Path, typer.Option("--out", "-o", help="output: FILE.jsonl, FILE.parquet or a folder (HF dataset)")] = Path("harvest.jsonl"),
+    set_name: Annotated[str, typer.Option("--set", help="the prompt set whose battles to harvest (a flywheel slice "
+                                          "is flywheel/NAME)")] = DEFAULT_SET,
+    target: Annotated[Optional[str], typer.Option(help="sft: the model trained (default: the run's battles.target)")] = None,
+    models: Annotated[Optional[str], typer.Option(help="comma-separated models: sft: the references (default: all "
+                                                  "others); dpo/rm: the models whose answers pair up (default: all)")] = None,
+    judge: Annotated[Optional[str], typer.Option(help="the judge whose battles to use (default: the only one)")] = None,
+    selection: Annotated[str, typer.Option(help="pair_judge, or a baseline: all, random, longest")] = "pair_judge",
+    threshold: Annotated[float, typer.Option(help="sft: the target lost by more than this score gap")] = 0.0,
+    k: Annotated[float, typer.Option("--k", help="dpo/rm: drop pairs whose score gap is at most K")] = 1.0,
+    seed: Annotated[int, typer.Option(help="seed of the random baseline")] = 0,
+    fmt: Annotated[Optional[str], typer.Option("--format", help="jsonl, parquet or hf (default: by --out)")] = None,
+) -> None:
+    from ..flywheel.export import export_items
+    from ..flywheel.harvest import per_model_counts, select_pairs, select_sft
+
+    if kind not in ("sft", "dpo", "rm"):
+        raise ArenaError(f"--kind {kind!r}: use sft, dpo or rm")
+    with Store(workspace, readonly=True) as store:
+        prompts = store.get_prompts(set_name)
+        if not prompts:
+            sets = ", ".join(sorted(store.prompt_sets())) or "none"
+            raise ArenaError(f"{workspace} has no prompt set {set_name!r} (sets: {sets})")
+        battles = store.get_battles(judge, set_name=set_name)
+        answers = store.get_answers(set_name=set_name)
+        saved = store.get_meta("config") or {}
+    judges = sorted({b.judge for b in battles})
+    if not battles:
+        raise ArenaError(f"{workspace} has no battles in set {set_name!r}" + (f" by judge {judge!r}" if judge else ""))
+    if len(judges) > 1:
+        raise ArenaError(f"battles of several judges ({', '.join(judges)}) in set {set_name!r}: choose one with --judge")
+    in_battles = {m for b in battles for m in (b.model_a, b.model_b)}
+    order = [m["name"] for m in saved.get("models", []) if m.get("name") in in_battles]
+    order += sorted(in_battles - set(order))
+    chosen = [m.strip() for m in models.split(",")] if models else None
+    for m in chosen or []:
+        if m not in in_battles:
+            raise ArenaError(f"--models: {m!r} has no battles in set {set_name!r} (models: {', '.join(order)})")
+    if kind == "sft":
+        target = target or (saved.get("battles") or {}).get("target")
+        if target is None or target not in in_battles:
+            raise ArenaError(f"--target: give the model trained (models with battles in {set_name!r}: {', '.join(order)})")
+        refs = chosen or [m for m in order if m != target]
+        items = select_sft(selection, prompts, answers, battles, target=target, references=refs, threshold=threshold,
+                           seed=seed, slice_name=set_name)
+    else:
+        items = select_pairs(selection, prompts, answers, battles, models=chosen or order, k=k, seed=seed,
+                             slice_name=set_name)
+    path = export_items(items, out, fmt, kind="sft" if kind == "sft" else "pairs")
+    what = "examples" if kind == "sft" else "pairs"
+    err_console.print(f"{len(items)} {kind} {what} from {len(battles)} battles in {set_name!r}; by model: "
+                      + (", ".join(f"{m} {n}" for m, n in per_model_counts(items).items()) or "none"), highlight=False)
+    typer.echo(str(path))

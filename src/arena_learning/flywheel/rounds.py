@@ -1,0 +1,501 @@
+"""Rounds: the flywheel run, stage by stage, with its state kept in the workspace.
+
+WizardArena's loop: each round, on a fresh slice, the current target battles the references;
+battles become training data (SFT: what it lost; DPO / reward-model pairs: most vs fewest wins);
+the target is trained (SFT -> DPO -> RL, each stage on its own slice, or fewer stages); the new
+model answers the test set and is rated with every earlier model and the references; the next
+round starts from it.
+
+Layout of the workspace (besides ``arena.db``, which holds the slices as prompt sets
+``flywheel/<slice>``, their answers, judgments and battles under the same set names, the test set
+as ``test``, and the ledger)::
+
+    flywheel/state.json                    stages done, their data counts, losses and times; ratings
+    flywheel/round-R/I-KIND/               one stage: harvested data (sft.jsonl, dpo.jsonl, rm.jsonl),
+                                           model/ (the trained model), losses.json, work/ (checkpoints)
+    flywheel/round-R/I-KIND-BASELINE/      an ablation variant of the stage (--baselines)
+
+Resume: a stage whose model is saved is never redone (unless its inputs in the config changed: a
+stage's fingerprint covers its spec, slice, settings, the models and the stage before it); a stage
+whose data was harvested goes straight to training; training resumes from its last checkpoint.
+Answers and verdicts come from the ledger, so nothing that succeeded is asked twice.
+
+Answers with no text (the engines count an empty completion as a failed call) enter the
+flywheel's battles as empty answers, which the judge scores as such: a model that says nothing on
+a prompt loses it, rather than the prompt silently leaving its battles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import pipeline
+from ..arena.answers import answer_prompts
+from ..config import BattleConfig, ModelSpec, RunConfig
+from ..engines import build_engine
+from ..engines.bundled import resolve_model_path
+from ..engines.calls import make_progress
+from ..engines.identity import content_identity
+from ..engines.transformers_engine import release_models, resolve_hf_folder
+from ..records import Answer, Battle, Prompt, Rating
+from ..store import Store
+from ..tasks import CATEGORIES, generate_tasks
+from . import train as training
+from .export import export_items, read_items
+from .harvest import RipFilter, per_model_counts, select_pairs, select_sft
+from .settings import FlywheelConfig, RoundSpec, SliceSpec, StageSpec
+
+TEST_SET = pipeline.TEST_SET
+STATE_FILE = "state.json"
+
+
+def slice_set(name: str) -> str:
+    """Return the workspace prompt set that holds the slice ``name``."""
+    return f"flywheel/{name}"
+
+
+# ---- slices ------------------------------------------------------------------------------
+
+
+def _norm(q: str) -> str:
+    return " ".join(q.lower().split())
+
+
+def task_slice(spec: SliceSpec, seed: int, exclude: set[str]) -> list[Prompt]:
+    """Return up to ``spec.n`` task prompts spread over the categories, none of them in ``exclude``.
+
+    A category with too few distinct questions left (capitals, say) gives what it has.
+    """
+    cats = list(spec.categories or CATEGORIES)
+    quotas = {c: spec.n // len(cats) + (1 if i < spec.n % len(cats) else 0) for i, c in enumerate(cats)}
+    per_cat: dict[str, list[Prompt]] = {}
+    for i, cat in enumerate(cats):
+        want = quotas[cat]
+        got: list[Prompt] = []
+        while want > 0:
+            try:
+                got = generate_tasks(want, seed=seed * 1000 + i, categories=[cat], exclude=exclude)
+                break
+            except ValueError:
+                want = want * 3 // 4 if want > 4 else want - 1
+        per_cat[cat] = got
+    out: list[Prompt] = []
+    for k in range(max((len(v) for v in per_cat.values()), default=0)):
+        out.extend(v[k] for v in per_cat.values() if k < len(v))
+    return out
+
+
+def model_identity(spec: ModelSpec) -> str:
+    """Return what makes ``spec``'s answers: its settings and, for a local model, its weights' content."""
+    ident = ""
+    if spec.engine == "transformers":
+        ident = content_identity(resolve_hf_folder(spec.model))
+    elif spec.engine == "llamacpp":
+        ident = content_identity(resolve_model_path(spec.model))
+    blob = spec.model_dump_json(exclude={"name"}) + ident
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def few_shot_questions(specs: Sequence[ModelSpec]) -> set[str]:
+    return {q for s in specs for q, _ in s.prompt_format.few_shot}
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+
+@dataclass
+class FlywheelReport:
+    """What the run produced: the round table (ratings of each round's model), stages, references."""
+
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    references: list[dict[str, Any]] = field(default_factory=list)
+    base: dict[str, Any] | None = None
+    ablations: list[dict[str, Any]] = field(default_factory=list)
+    ratings: list[Rating] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "references": self.references, "base": self.base, "stages": self.stages,
+                "ablations": self.ablations}
+
+
+def _rating_row(r: Rating | None) -> dict[str, Any]:
+    if r is None:
+        return {"rating": None, "ci_low": None, "ci_high": None}
+    return {"rating": round(r.rating, 2), "ci_low": None if r.ci_low is None else round(r.ci_low, 2),
+            "ci_high": None if r.ci_high is None else round(r.ci_high, 2)}
+
+
+# ---- the run ---------------------------------------------------------------------------------
+
+
+class Flywheel:
+    """Runs a FlywheelConfig in a workspace, resuming whatever an earlier run left."""
+
+    def __init__(self, cfg: FlywheelConfig, store: Store, *, show_progress: bool = True,
+                 baselines: Sequence[str] | None = None, say: Callable[[str], None] | None = None):
+        self.cfg = cfg
+        self.store = store
+        self.show_progress = show_progress
+        self.baselines = list(cfg.harvest.baselines if baselines is None else baselines)
+        self.say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.root = store.root / "flywheel"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.state = self._load_state()
+        self.refs = list(cfg.references)
+        self._slices: dict[str, list[Prompt]] = {}
+        self._test: list[Prompt] | None = None
+        # models rated on the test set, in order: (name, spec, info)
+        self.rated: list[tuple[ModelSpec, dict[str, Any]]] = []
+
+    # ---- state ------------------------------------------------------------------------
+    def _load_state(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.root / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return {"stages": {}, "evaluations": [], "slices": {}}
+
+    def _save_state(self) -> None:
+        path = self.root / STATE_FILE
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(self.state, indent=1, default=str))
+        os.replace(tmp, path)
+
+    # ---- sets ---------------------------------------------------------------------------
+    def run_config(self, models: Sequence[ModelSpec], schedule: str = "all", target: str | None = None) -> RunConfig:
+        return RunConfig(name=self.cfg.name, models=list(models), judge=self.cfg.judge, tasks=self.cfg.tasks,
+                         prompts=self.cfg.prompts, ratings=self.cfg.ratings,
+                         battles=BattleConfig(schedule=schedule, target=target))  # type: ignore[arg-type]
+
+    def test_prompts(self) -> list[Prompt]:
+        if self._test is None:
+            self._test = pipeline.stage_prompts(self.run_config([self.cfg.target, *self.refs]), self.store)
+        return self._test
+
+    def make_slices(self) -> None:
+        """Make every slice in pool order (disjoint, decontaminated) and store it as a prompt set."""
+        test = self.test_prompts()
+        banned = {_norm(t) for p in test for t in p.turns} | {_norm(q) for q in few_shot_questions([self.cfg.target, *self.refs])}
+        for pos, (name, spec) in enumerate(self.cfg.pool.items()):
+            if spec.set is not None:
+                got = self.store.get_prompts(spec.set)
+                if not got:
+                    raise training.NoTrainingData(f"pool slice {name!r}: the set {spec.set!r} is empty or missing")
+                prompts = [p for p in got if not any(_norm(t) in banned for t in p.turns)]
+                if spec.limit is not None:
+                    prompts = prompts[: spec.limit]
+                dropped = len(got) - len(prompts)
+            else:
+                seed = spec.seed if spec.seed is not None else 1000 + pos
+                if seed == self.cfg.tasks.seed:
+                    raise training.NoTrainingData(f"pool slice {name!r}: seed {seed} is the test set's seed; give "
+                                                  f"training slices other seeds")
+                prompts, dropped = task_slice(spec, seed, banned), 0
+            overlap = [p.id for p in prompts if any(_norm(t) in banned for t in p.turns)]
+            assert not overlap, f"slice {name} overlaps the test set or few-shot examples: {overlap[:3]}"
+            banned |= {_norm(t) for p in prompts for t in p.turns}
+            self._slices[name] = prompts
+            self.store.put_prompts(slice_set(name), prompts)
+            self.state["slices"][name] = {"prompts": len(prompts), "dropped_as_test": dropped}
+        self._save_state()
+
+    # ---- answering and judging -------------------------------------------------------------
+    def _fill_empty(self, models: Sequence[ModelSpec], prompts: Sequence[Prompt], set_name: str) -> None:
+        for spec in models:
+            if spec.engine == "imported":
+                continue
+            have = {a.prompt_id for a in self.store.get_answers(spec.name, set_name)}
+            empty = [Answer(prompt_id=p.id, model=spec.name, turns=[""] * len(p.turns)) for p in prompts if p.id not in have]
+            if empty:
+                self.store.put_answers(empty, set_name)
+
+    def answer(self, models: Sequence[ModelSpec], prompts: list[Prompt], set_name: str) -> None:
+        """Have ``models`` answer ``prompts`` (through the ledger), stored under ``set_name``.
+
+        A model whose identity (spec and weights' content) already answered every prompt of the set in
+        an earlier step is not asked again: its empty answers (failed calls) would be re-sent otherwise.
+        """
+        answered = self.state.setdefault("answered", {}).setdefault(set_name, {})
+        ids = [p.id for p in prompts]
+        todo = []
+        for spec in models:
+            if spec.engine == "imported":
+                continue
+            ident = model_identity(spec)
+            have = {a.prompt_id for a in self.store.get_answers(spec.name, set_name)}
+            if answered.get(spec.name) != ident or any(i not in have for i in ids):
+                todo.append((spec, ident))
+        if not todo:
+            return
+
+        async def go(progress) -> None:  # noqa: ANN001
+            for spec, _ in todo:
+                await answer_prompts(self.store, spec.name, build_engine(spec), prompts, progress=progress,
+                                     set_name=set_name)
+
+        if self.show_progress:
+            with make_progress() as progress:
+                asyncio.run(go(progress))
+        else:
+            asyncio.run(go(None))
+        self._fill_empty([s for s, _ in todo], prompts, set_name)
+        for spec, ident in todo:
+            answered[spec.name] = ident
+        self._save_state()
+
+    def answer_and_battle(self, models: Sequence[ModelSpec], prompts: list[Prompt], set_name: str,
+                          schedule: str = "all", target: str | None = None) -> tuple[list[Answer], list[Battle]]:
+        rc = self.run_config(models, schedule, target)
+        self.answer(models, prompts, set_name)
+        report = pipeline.stage_battle(rc, self.store, show_progress=self.show_progress, prompts=prompts,
+                                       set_name=set_name)
+        names = {m.name for m in models}
+        answers = [a for a in self.store.get_answers(set_name=set_name) if a.model in names]
+        return answers, report.battles
+
+    def evaluate(self, label: str) -> list[Rating]:
+        """Every rated model answers the test set; battles among all of them; ratings with CIs."""
+        models = [*self.refs, *(spec for spec, _ in self.rated)]
+        self.say(f"[flywheel] rating {len(models)} models on the test set ({label})")
+        started = time.perf_counter()
+        self.answer_and_battle(models, self.test_prompts(), TEST_SET)
+        release_models()
+        ratings = pipeline.stage_ratings(self.run_config(models), self.store)
+        entry = {"after": label, "seconds": round(time.perf_counter() - started, 1),
+                 "ratings": [r.model_dump() for r in ratings]}
+        old = [e for e in self.state["evaluations"] if e.get("after") == label]
+        if not (old and old[0]["ratings"] == entry["ratings"]):  # a rerun that changes nothing keeps its timing
+            self.state["evaluations"] = [*(e for e in self.state["evaluations"] if e.get("after") != label), entry]
+        self._save_state()
+        return ratings
+
+    # ---- stages ------------------------------------------------------------------------------
+    def _fingerprint(self, r: int, i: int, stage: StageSpec, before: str, variant: str | None) -> str:
+        kind_settings = getattr(self.cfg.training, stage.kind).model_dump(mode="json")
+        extra = self.cfg.training.rm.model_dump(mode="json") if stage.kind == "rl" else None
+        blob = json.dumps({"stage": stage.model_dump(mode="json"), "variant": variant,
+                           "slice": self.cfg.pool[stage.slice].model_dump(mode="json"), "settings": kind_settings,
+                           "rm": extra, "harvest": self.cfg.harvest.model_dump(mode="json", exclude={"baselines"}),
+                           "target": self.cfg.target.model_dump(mode="json"),
+                           "references": [m.model_dump(mode="json") for m in self.refs],
+                           "judge": self.cfg.judge.model_dump(mode="json"), "test": self.cfg.tasks.model_dump(mode="json"),
+                           "before": before, "where": [r, i]}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def _stage_name(self, rnd: RoundSpec, r: int, i: int, stage: StageSpec) -> str:
+        same = [s for s in rnd.stages if s.kind == stage.kind]
+        tag = f"r{r}-{stage.kind}" if len(same) == 1 else f"r{r}.{i}-{stage.kind}"
+        return f"{self.cfg.target.name}-{tag}"
+
+    def run_stage(self, r: int, i: int, rnd: RoundSpec, stage: StageSpec, current: ModelSpec, before: str,
+                  variant: str | None = None, size: int | None = None) -> tuple[ModelSpec, dict[str, Any]]:
+        """Run one stage (or its ablation ``variant``) from ``current``; return the new model and its record."""
+        name = self._stage_name(rnd, r, i, stage) + (f"-{variant}" if variant else "")
+        folder = self.root / f"round-{r}" / (f"{i}-{stage.kind}" + (f"-{variant}" if variant else ""))
+        key = f"r{r}.{i}-{stage.kind}" + (f"-{variant}" if variant else "")
+        fp = self._fingerprint(r, i, stage, before, variant)
+        rec = self.state["stages"].get(key)
+        if rec is not None and rec.get("fingerprint") != fp:
+            self.say(f"[flywheel] {key}: its inputs changed since the last run; redoing it")
+            shutil.rmtree(folder, ignore_errors=True)
+            rec = None
+        if rec is None:
+            rec = {"key": key, "round": r, "stage": i, "kind": stage.kind, "slice": stage.slice,
+                   "selection": variant or stage.selection, "ablation": variant, "model": name, "fingerprint": fp,
+                   "status": "started",
+                   "seconds": {}}
+            self.state["stages"][key] = rec
+        out_spec = self.cfg.target.model_copy(update={"name": name, "model": str(folder / training.MODEL_DIR)})
+        if rec["status"] == "done" and training.stage_done(folder):
+            self.say(f"[flywheel] {key}: done in an earlier run ({rec.get('examples', 0)} examples); skipped")
+            return out_spec, rec
+        if rec["status"] == "skipped":
+            return current, rec
+        folder.mkdir(parents=True, exist_ok=True)
+        self.worked = True
+        self.say(f"[flywheel] round {r} stage {i}: {stage.kind} on slice {stage.slice} from {current.name}"
+                 + (f" (ablation: {variant})" if variant else ""))
+        selection = variant or stage.selection
+        h = self.cfg.harvest
+        rip = RipFilter(**h.rip.model_dump()) if h.rip is not None else None
+        data_file = folder / {"sft": "sft.jsonl", "dpo": "dpo.jsonl", "rl": "rm.jsonl"}[stage.kind]
+        need_pairs = stage.kind != "rl" or self.cfg.training.rl.reward == "model"
+        items: list[Any] = []
+        if need_pairs:
+            if rec.get("harvested") and data_file.is_file():
+                items = read_items(data_file)
+            else:
+                t0 = time.perf_counter()
+                prompts = self._slices[stage.slice]
+                models = [current, *self.refs]
+                ref_names = [m.name for m in self.refs]
+                kw = {"seed": h.seed, "slice_name": stage.slice, "round_index": r, "size": size}
+                if stage.kind == "sft":
+                    answers, battles = self.answer_and_battle(models, prompts, slice_set(stage.slice), "target",
+                                                              current.name)
+                    rec["seconds"]["answer_battle"] = round(time.perf_counter() - t0, 1)
+                    t1 = time.perf_counter()
+                    items = select_sft(selection, prompts, answers, battles, target=current.name, references=ref_names,
+                                       threshold=h.sft_threshold, **kw)
+                else:
+                    answers, battles = self.answer_and_battle(models, prompts, slice_set(stage.slice), "all")
+                    rec["seconds"]["answer_battle"] = round(time.perf_counter() - t0, 1)
+                    t1 = time.perf_counter()
+                    k = h.k if stage.kind == "dpo" else (h.rm_k if h.rm_k is not None else h.k)
+                    items = select_pairs(selection if stage.kind == "dpo" else "pair_judge", prompts, answers,
+                                         battles, models=[m.name for m in models], k=k, rip=rip, **kw)
+                release_models()
+                export_items(items, data_file, kind="sft" if stage.kind == "sft" else "pairs")
+                rec["seconds"]["harvest"] = round(time.perf_counter() - t1, 2)
+                rec["harvested"] = True
+                rec["by_model"] = per_model_counts(items)
+                self._save_state()
+        count_key = {"sft": "sft_examples", "dpo": "dpo_pairs", "rl": "rm_pairs"}[stage.kind]
+        rec[count_key] = len(items)
+        rec["examples"] = len(items)
+        if h.replay and need_pairs:
+            items = self._replayed(r, stage.kind, data_file.name) + list(items)
+            rec["trained_on"] = len(items)
+        t2 = time.perf_counter()
+        s = self.cfg.training
+        try:
+            if stage.kind == "sft":
+                res = training.train_sft(current.model, items, folder, s.sft, spec=self.cfg.target)
+            elif stage.kind == "dpo":
+                res = training.train_dpo(current.model, items, folder, s.dpo, spec=self.cfg.target)
+            else:
+                reward_model = None
+                if s.rl.reward == "model":
+                    rm = training.train_reward(current.model, items, folder / "rm", s.rm, spec=self.cfg.target)
+                    rec["rm"] = rm.summary()
+                    reward_model = rm.model_dir
+                res = training.train_rl(current.model, self._slices[stage.slice], folder, s.rl, spec=self.cfg.target,
+                                        reward_model=reward_model)
+        except training.NoTrainingData as err:
+            self.say(f"[flywheel] {key}: {err}; the stage is skipped and the model stays {current.name}")
+            rec["status"] = "skipped"
+            self._save_state()
+            return current, rec
+        rec["seconds"]["train"] = round(time.perf_counter() - t2, 1)
+        rec["train"] = res.summary()
+        rec["train_loss"] = res.train_loss
+        rec["status"] = "done"
+        self._save_state()
+        self.say(f"[flywheel] {key}: {len(items)} examples, {res.steps} steps, loss {res.train_loss}, "
+                 f"{res.seconds:.0f} s" + (f" (resumed from {res.resumed_from})" if res.resumed_from else ""))
+        return out_spec, rec
+
+    def _replayed(self, r: int, kind: str, data_name: str) -> list[Any]:
+        """Return the harvests of ``kind`` of the main stages of rounds before ``r`` (replay)."""
+        out: list[Any] = []
+        for rec in self.state["stages"].values():
+            if rec["kind"] == kind and rec["round"] < r and not rec.get("ablation") and rec.get("harvested"):
+                path = self.root / f"round-{rec['round']}" / f"{rec['stage']}-{kind}" / data_name
+                if path.is_file():
+                    out.extend(read_items(path))
+        return out
+
+    def run(self) -> FlywheelReport:
+        started = time.perf_counter()
+        cfg = self.cfg
+        self.make_slices()
+        base_name = f"{cfg.target.name}-base"
+        current = cfg.target.model_copy(update={"name": base_name})
+        if cfg.evaluate_base:
+            self.rated.append((current, {"round": None, "kind": "base"}))
+        before = "base"
+        stage_rows: list[dict[str, Any]] = []
+        round_models: list[tuple[int, ModelSpec, list[dict[str, Any]]]] = []
+        last_eval: list[Rating] | None = None
+        pending = False  # an evaluation skipped on resume (its models unchanged): the final one must run
+        self.worked = False
+        for r, rnd in enumerate(cfg.rounds):
+            recs = []
+            for i, stage in enumerate(rnd.stages):
+                start_spec = current
+                current, rec = self.run_stage(r, i, rnd, stage, start_spec, before)
+                before = rec["fingerprint"]
+                recs.append(rec)
+                if rec["status"] == "done":
+                    self.rated.append((current, {"round": r, "kind": stage.kind, "key": rec["key"]}))
+                if stage.kind in ("sft", "dpo"):
+                    for b in self.baselines:
+                        size = rec.get("examples") if b != "all" else None
+                        vspec, vrec = self.run_stage(r, i, rnd, stage, start_spec, rec["fingerprint"], variant=b,
+                                                     size=size)
+                        if vrec["status"] == "done":
+                            self.rated.append((vspec, {"round": r, "kind": stage.kind, "key": vrec["key"],
+                                                       "ablation": b}))
+                        stage_rows.append(vrec)
+                stage_rows.append(rec)
+                last = i == len(rnd.stages) - 1
+                if cfg.evaluate == "stages" or last:
+                    label = f"round {r} stage {i} ({stage.kind})"
+                    if not self.worked and any(e.get("after") == label for e in self.state["evaluations"]):
+                        pending = True  # resumed past it: nothing new to rate yet
+                    else:
+                        last_eval, pending = self.evaluate(label), False
+            round_models.append((r, current, recs))
+        if last_eval is None or pending:
+            last_eval = self.evaluate(label if cfg.rounds else "start")
+        return self.report(last_eval, round_models, stage_rows, time.perf_counter() - started)
+
+    def report(self, ratings: list[Rating], round_models, stage_rows, seconds: float) -> FlywheelReport:  # noqa: ANN001
+        by_name = {r.model: r for r in ratings}
+        rep = FlywheelReport(ratings=ratings, seconds=seconds)
+        for r, spec, recs in round_models:
+            done = [x for x in recs if x["status"] == "done"]
+            rep.rounds.append({
+                "round": r, "model": spec.name, **_rating_row(by_name.get(spec.name)),
+                "sft_examples": sum(x.get("sft_examples", 0) for x in recs if x["kind"] == "sft"),
+                "dpo_pairs": sum(x.get("dpo_pairs", 0) for x in recs if x["kind"] == "dpo"),
+                "rm_pairs": sum(x.get("rm_pairs", 0) for x in recs if x["kind"] == "rl"),
+                "train_loss": done[-1].get("train_loss") if done else None,
+                "stages": [x["kind"] for x in recs],
+                "by_model": {x["key"]: x.get("by_model", {}) for x in recs},
+            })
+        for x in stage_rows:
+            row = {"key": x["key"], "round": x["round"], "kind": x["kind"], "slice": x["slice"],
+                   "selection": x["selection"], "model": x["model"], "status": x["status"],
+                   "examples": x.get("examples", 0), "trained_on": x.get("trained_on", x.get("examples", 0)),
+                   "by_model": x.get("by_model", {}),
+                   "train_loss": x.get("train_loss"), "steps": (x.get("train") or {}).get("steps"),
+                   "s_per_step": (x.get("train") or {}).get("s_per_step"), "seconds": x.get("seconds", {}),
+                   "peak_rss_mb": (x.get("train") or {}).get("peak_rss_mb"),
+                   **_rating_row(by_name.get(x["model"]) if x["status"] == "done" else None)}
+            (rep.ablations if x.get("ablation") else rep.stages).append(row)
+        rep.references = [{"model": m.name, **_rating_row(by_name.get(m.name))} for m in self.refs]
+        base_name = f"{self.cfg.target.name}-base"
+        if base_name in by_name:
+            rep.base = {"model": base_name, **_rating_row(by_name[base_name])}
+        self.state["last_report"] = rep.as_json()
+        self.state.setdefault("runs", []).append({"seconds": round(seconds, 1), "trained": self.worked,
+                                                  "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+        self._save_state()
+        return rep
+
+
+def run_flywheel(cfg: FlywheelConfig, store: Store, *, show_progress: bool = True,
+                 baselines: Sequence[str] | None = None) -> FlywheelReport:
+    """Run (or resume) the flywheel ``cfg`` in ``store``'s workspace; return the round table."""
+    return Flywheel(cfg, store, show_progress=show_progress, baselines=baselines).run()
+
+
+def save_flywheel_config(cfg: FlywheelConfig, store: Store) -> None:
+    """Save the resolved flywheel config beside the results (YAML and in the store)."""
+    import yaml
+
+    data = cfg.model_dump(mode="json")
+    (store.root / "flywheel.resolved.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    store.set_meta("flywheel_config", data)

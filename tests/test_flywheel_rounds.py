@@ -1,0 +1,194 @@
+"""Rounds: slices, config checks, and a flywheel killed (SIGKILL) during training that resumes without redoing
+finished stages; `arena flywheel --json` and `arena harvest` on its workspace."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from arena_learning.config import validate_config
+from arena_learning.errors import ConfigError
+from arena_learning.flywheel.rounds import task_slice
+from arena_learning.flywheel.settings import FlywheelConfig, SliceSpec
+from arena_learning.tasks import generate_tasks
+
+from .conftest import ARENA
+
+CONFIG = {
+    "name": "resume",
+    "tasks": {"n": 9, "seed": 0},
+    "target": {"name": "student", "engine": "transformers", "model": "bundled", "mode": "completion",
+               "params": {"max_tokens": 6, "temperature": 0.0, "stop": ["\n"]}},
+    "references": [{"name": "ref-4shot", "engine": "llamacpp", "model": "bundled", "mode": "completion", "n_threads": 1,
+                    "prompt_format": {"few_shot": [["What is 12 + 7?", "19"], ["What is the capital of Japan?", "Tokyo"],
+                                                   ["Write the word 'river' in uppercase letters.", "RIVER"],
+                                                   ["How many letters are in the word 'stone'?", "5"]]},
+                    "params": {"max_tokens": 6, "temperature": 0.0, "stop": ["\n"]}}],
+    "judge": {"kind": "verifier"},
+    "pool": {"D0": {"n": 6, "seed": 101}, "D1": {"n": 9, "seed": 102}},
+    # selection 'all' trains on every reference answer: data whatever the battles say
+    "rounds": [{"stages": [{"kind": "sft", "slice": "D0", "selection": "all"}]},
+               {"stages": [{"kind": "sft", "slice": "D1", "selection": "all"}]}],
+    "harvest": {"replay": True},
+    "training": {"sft": {"learning_rate": 1e-4, "epochs": 1, "batch_size": 1, "micro_batch_size": 1, "max_length": 48,
+                         "save_steps": 1, "warmup_ratio": 0.0, "lora": {"r": 2, "alpha": 4}}},
+    "ratings": {"bootstrap": 10},
+    "evaluate": "rounds",
+    "evaluate_base": False,
+}
+
+
+def config(**changes) -> FlywheelConfig:
+    data = json.loads(json.dumps(CONFIG))
+    data.update(changes)
+    return validate_config(data, FlywheelConfig, "test")
+
+
+# ---- fast -------------------------------------------------------------------------------------------
+
+
+def test_config_checks():
+    with pytest.raises(ConfigError, match="engine must be 'transformers'"):
+        config(target={**CONFIG["target"], "engine": "llamacpp"})
+    with pytest.raises(ConfigError, match="slice 'D9'"):
+        config(rounds=[{"stages": [{"kind": "sft", "slice": "D9"}]}])
+    with pytest.raises(ConfigError, match="unknown DPO loss_type"):
+        config(training={"dpo": {"loss_type": ["nope"]}})
+    assert config().training.sft.accumulation == 1
+
+
+def test_task_slices_avoid_the_excluded_questions_and_give_what_small_categories_have():
+    test = generate_tasks(90, seed=0)
+    banned = {" ".join(t.lower().split()) for p in test for t in p.turns}
+    got = task_slice(SliceSpec(n=270, seed=5), 5, banned)
+    assert not [p for p in got if " ".join(p.turns[0].lower().split()) in banned]
+    assert len({p.id for p in got}) == len(got) and 200 <= len(got) <= 270
+    assert got == task_slice(SliceSpec(n=270, seed=5), 5, banned)  # seeded
+    caps = task_slice(SliceSpec(n=400, seed=1, categories=["capitals"]), 1, banned)
+    assert 0 < len(caps) < 400  # only so many countries
+
+
+# ---- a real flywheel, killed during training (slow) ----------------------------------------------
+
+
+def _wait_for_checkpoint(proc: subprocess.Popen, work: Path, timeout: float = 600) -> Path:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the flywheel ended before a checkpoint of round 1 (exit {proc.returncode})")
+        done = sorted(work.glob("checkpoint-*/trainer_state.json")) if work.is_dir() else []
+        if done:
+            return done[0].parent
+        time.sleep(0.2)
+    raise AssertionError("no checkpoint in time")
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("flywheel")
+    data = json.loads(json.dumps(CONFIG))
+    data["training"]["sft"]["max_steps"] = 2
+    cfg_path = tmp / "fw.yaml"
+    cfg_path.write_text(yaml.safe_dump(data))
+    ws = tmp / "ws"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # Round 1 trains 6 steps: the first run is killed once it has a checkpoint.
+    cmd = [*ARENA, "flywheel", str(cfg_path), "-w", str(ws), "--set", "training.sft.max_steps=6"]
+    with open(tmp / "first.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            ckpt = _wait_for_checkpoint(proc, ws / "flywheel" / "round-1" / "0-sft" / "work")
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    state = json.loads((ws / "flywheel" / "state.json").read_text())
+    with sqlite3.connect(ws / "arena.db") as db:
+        ok_before = db.execute("SELECT COUNT(*) FROM calls WHERE status='ok'").fetchone()[0]
+    # The rerun also asks for the selection ablation: the finished stages stay; the variants are trained beside them.
+    second = subprocess.run([*cmd, "--json", "--baselines", "random"], capture_output=True, text=True, env=env,
+                            timeout=900)
+    return {"ws": ws, "ckpt": ckpt, "state_at_kill": state, "ok_before": ok_before, "second": second, "tmp": tmp}
+
+
+@pytest.mark.slow
+def test_a_killed_flywheel_resumes_without_redoing_finished_stages(killed_and_resumed):
+    k = killed_and_resumed
+    assert k["state_at_kill"]["stages"]["r0.0-sft"]["status"] == "done"
+    assert k["state_at_kill"]["stages"]["r1.0-sft"]["status"] == "started"
+    second = k["second"]
+    assert second.returncode == 0, second.stderr[-3000:]
+    log = second.stderr
+    assert "r0.0-sft: done in an earlier run" in log
+    assert "resumed from" in log and "checkpoint-" in log
+    state = json.loads((k["ws"] / "flywheel" / "state.json").read_text())
+    r0, r1 = state["stages"]["r0.0-sft"], state["stages"]["r1.0-sft"]
+    assert r0["train"] == k["state_at_kill"]["stages"]["r0.0-sft"]["train"]  # not trained again
+    assert r1["status"] == "done" and r1["train"]["steps"] == 6 and r1["train"]["resumed_from"]
+    assert r1["examples"] == 9 and r1["trained_on"] == 6 + 9  # replay: round 0's harvest too
+    assert len(state["evaluations"]) == 2  # one per round, none repeated on resume
+    with sqlite3.connect(k["ws"] / "arena.db") as db:
+        # Nothing that had succeeded was asked again.
+        assert db.execute("SELECT COUNT(*) FROM calls WHERE status='ok' AND attempts > 1").fetchone()[0] == 0
+        assert db.execute("SELECT COUNT(*) FROM calls WHERE status='ok'").fetchone()[0] >= k["ok_before"]
+
+
+@pytest.mark.slow
+def test_flywheel_json_has_the_round_table(killed_and_resumed):
+    out = json.loads(killed_and_resumed["second"].stdout)
+    assert [r["round"] for r in out["rounds"]] == [0, 1]
+    for r in out["rounds"]:
+        assert set(r) >= {"round", "model", "rating", "ci_low", "ci_high", "sft_examples", "dpo_pairs", "rm_pairs",
+                          "train_loss"}
+        assert r["rating"] is not None and r["ci_low"] <= r["rating"] <= r["ci_high"]
+    assert out["rounds"][0]["sft_examples"] == 6 and out["rounds"][1]["sft_examples"] == 9
+    assert [r["model"] for r in out["references"]] == ["ref-4shot"]
+    abl = {a["key"]: a for a in out["ablations"]}
+    assert set(abl) == {"r0.0-sft-random", "r1.0-sft-random"}
+    assert abl["r1.0-sft-random"]["selection"] == "random" and abl["r1.0-sft-random"]["examples"] == 9
+    assert abl["r1.0-sft-random"]["rating"] is not None  # rated in the same table
+    assert set(out["references"][0]) == {"model", "rating", "ci_low", "ci_high"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,out", [("sft", "sft.jsonl"), ("dpo", "dpo.parquet"), ("rm", "rm_hf")])
+def test_arena_harvest_exports_a_flywheel_slice(killed_and_resumed, kind, out):
+    from datasets import load_dataset, load_from_disk
+
+    k = killed_and_resumed
+    path = k["tmp"] / out
+    args = [*ARENA, "harvest", str(k["ws"]), "--kind", kind, "--set", "flywheel/D1", "--out", str(path), "--k", "0"]
+    if kind == "sft":
+        args += ["--target", "student-r0-sft", "--selection", "all"]
+    else:
+        args += ["--models", "student-r0-sft,ref-4shot", "--selection", "all"]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(path)
+    if path.suffix == ".jsonl":
+        ds = load_dataset("json", data_files=str(path), split="train")
+        assert ds.num_rows == 9 and "messages" in ds.column_names and "source_model" in ds.column_names
+    elif path.suffix == ".parquet":
+        ds = load_dataset("parquet", data_files=str(path), split="train")
+        assert {"prompt", "chosen", "rejected", "margin", "chosen_model"} <= set(ds.column_names)
+    else:
+        ds = load_from_disk(str(path))
+        assert "margin" in ds.column_names and ds.num_rows == 9
+
+
+def test_harvest_errors_are_clear(tmp_path):
+    from arena_learning.store import Store
+
+    with Store(tmp_path / "ws"):
+        pass
+    res = subprocess.run([*ARENA, "harvest", str(tmp_path / "ws"), "--kind", "sft"], capture_output=True, text=True)
+    assert res.returncode == 2 and "no prompt set 'test'" in res.stderr
+    res = subprocess.run([*ARENA, "harvest", str(tmp_path / "ws"), "--kind", "ppo"], capture_output=True, text=True)
+    assert res.returncode == 2 and "use sft, dpo or rm" in res.stderr
