@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from ..engines.structured import TextJudge
 from ..errors import ConfigError
 from ..records import Prompt
 from .settings import CleanSettings, ModerationSettings
@@ -283,7 +284,7 @@ def parse_moderation(text: str) -> bool | None:
     return None
 
 
-class ModerationJudge:
+class ModerationJudge(TextJudge[bool]):
     """A moderator that asks a model about each turn through the engine and the ledger (cached, resumable).
 
     It runs on the structured-rating component shared with the arena's verdicts and the
@@ -297,27 +298,9 @@ class ModerationJudge:
 
     def __init__(self, store: Store, spec: ModelSpec, label: str = "moderation", constrain: bool = False,
                  retries: int = 1, retry_temperature: float = 0.7, show_progress: bool = True):
-        from ..engines import build_engine
-        from ..engines.structured import StructuredRater, required
-
-        self.store = store
-        self.label = label
-        self.show_progress = show_progress
-        # The engine applies the spec's own sampling params (and keys the ledger on them).
-        self.rater: StructuredRater[bool] = StructuredRater(
-            build_engine(spec),
-            required(parse_moderation, "flagged true/false"),
-            schema=MODERATION_SCHEMA if constrain else None,
-            retries=retries,
-            retry_temperature=retry_temperature,
-            what="moderation judge",
-        )
-        self.stats = self.rater.stats
-
-    def __call__(self, turns: list[str]) -> list[bool | None]:
-        rated = self.rater.rate(self.store, [moderation_messages(t) for t in turns], label=self.label,
-                                show_progress=self.show_progress)
-        return [r.value if r.ok else None for r in rated]
+        super().__init__(store, spec, messages=moderation_messages, parse=parse_moderation, expects="flagged true/false",
+                         schema=MODERATION_SCHEMA, what="moderation judge", label=label, constrain=constrain, retries=retries,
+                         retry_temperature=retry_temperature, show_progress=show_progress)
 
 
 def judge_moderator(store: Store, settings: ModerationSettings, label: str = "moderation",

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..engines.structured import TextJudge
 from ..errors import ArenaError
 from ..records import Prompt
 from .filters import Step
@@ -323,7 +324,7 @@ def select_hard(prompts: Sequence[Prompt], top_n: int, exclude: set[str] | None 
     return scored[:top_n]
 
 
-class DifficultyJudge:
+class DifficultyJudge(TextJudge[float]):
     """A ``score_turns`` that asks a model through the engine and the ledger (cached, resumable).
 
     It runs on the structured-rating component shared with the arena's verdicts and
@@ -341,27 +342,9 @@ class DifficultyJudge:
 
     def __init__(self, store: Store, spec: ModelSpec, label: str = "difficulty", constrain: bool = False,
                  retries: int = 1, retry_temperature: float = 0.7, show_progress: bool = True):
-        from ..engines import build_engine
-        from ..engines.structured import StructuredRater, required
-
-        self.store = store
-        self.label = label
-        self.show_progress = show_progress
-        # The engine applies the spec's own sampling params (and keys the ledger on them).
-        self.rater: StructuredRater[float] = StructuredRater(
-            build_engine(spec),
-            required(parse_difficulty, "difficulty score 1-10"),
-            schema=DIFFICULTY_SCHEMA if constrain else None,
-            retries=retries,
-            retry_temperature=retry_temperature,
-            what="difficulty judge",
-        )
-        self.stats = self.rater.stats
-
-    def __call__(self, texts: list[str]) -> list[float | None]:
-        rated = self.rater.rate(self.store, [difficulty_messages(t) for t in texts], label=self.label,
-                                show_progress=self.show_progress)
-        return [r.value if r.ok else None for r in rated]
+        super().__init__(store, spec, messages=difficulty_messages, parse=parse_difficulty, expects="difficulty score 1-10",
+                         schema=DIFFICULTY_SCHEMA, what="difficulty judge", label=label, constrain=constrain, retries=retries,
+                         retry_temperature=retry_temperature, show_progress=show_progress)
 
 
 def judge_difficulty_scorer(

@@ -343,3 +343,36 @@ class StructuredRater(Generic[T]):
             return asyncio.run(self.arate(store, prompts, label=label))
         with make_progress() as progress:
             return asyncio.run(self.arate(store, prompts, label=label, progress=progress))
+
+
+class TextJudge(Generic[T]):
+    """Asks a model one question about each text, through the engine and the ledger; a result or None per text.
+
+    The shape of the curation judges (moderation, difficulty): ``messages(text)`` builds the
+    fenced request, ``parse`` reads a reply (None when it holds no result; ``expects`` names what
+    was missing), a :class:`StructuredRater` retries and counts, and ``stats`` holds the counts.
+    ``schema`` is passed for the engine to enforce only with ``constrain``.
+    """
+
+    def __init__(self, store: Store, spec: Any, *, messages: Callable[[str], list[dict[str, str]]],
+                 parse: Callable[[str], T | None], expects: str, schema: dict[str, Any], what: str, label: str,
+                 constrain: bool = False, retries: int = 1, retry_temperature: float = 0.7,
+                 show_progress: bool = True):
+        from . import build_engine
+
+        self.store = store
+        self.label = label
+        self.show_progress = show_progress
+        self.messages = messages
+        # The engine applies the spec's own sampling params (and keys the ledger on them).
+        self.rater: StructuredRater[T] = StructuredRater(
+            build_engine(spec), required(parse, expects), schema=schema if constrain else None, retries=retries,
+            retry_temperature=retry_temperature, what=what,
+        )
+        self.stats = self.rater.stats
+
+    def __call__(self, texts: list[str]) -> list[T | None]:
+        rated = self.rater.rate(self.store, [self.messages(t) for t in texts], label=self.label,
+                                show_progress=self.show_progress)
+        return [r.value if r.ok else None for r in rated]
+
