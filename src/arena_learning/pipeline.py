@@ -181,7 +181,8 @@ def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True,
     # Judgments of earlier runs (other models, prompts or judge settings) must not mix into audits.
     store.replace_judgments({cfg.judge.name, *(m.name for m in cfg.judge.members)}, judgments, set_name)
     mine = [j for j in judgments if j.judge == cfg.judge.name]
-    battles = combine_games(mine, cfg.judge.tie_threshold, mode=cfg.judge.combine)
+    battles = combine_games(mine, cfg.judge.tie_threshold, mode=cfg.judge.combine,
+                            strong_weight=cfg.judge.strong_weight)
     store.replace_battles(cfg.judge.name, battles, set_name)
     failed = sum(1 for j in mine if j.status == "failed")
     return BattleReport(battles=battles, judged=len(judgments), missing=missing, failed=failed, stats=stats)
@@ -204,7 +205,8 @@ def _adaptive(cfg: RunConfig, prompts: list[Prompt], answers: list, judge_tasks)
         got = judge_tasks(tasks)
         judgments.extend(got)
         mine = [j for j in got if j.judge == cfg.judge.name]
-        return combine_games(mine, cfg.judge.tie_threshold, mode=cfg.judge.combine)
+        return combine_games(mine, cfg.judge.tie_threshold, mode=cfg.judge.combine,
+                             strong_weight=cfg.judge.strong_weight)
 
     run_schedule(scheduler, judge_batch)
     return judgments, {m: n for m, n in missing.items() if n}
@@ -268,3 +270,69 @@ def workspace_board(path: str | Path) -> list[Rating]:
     """Return the leaderboard of the run stored in the workspace at ``path``."""
     with Store(path, readonly=True) as store:
         return stage_ratings(load_saved_config(store), store)
+
+
+def scoring_judge(cfg: RunConfig, name: str | None = None):  # noqa: ANN201 - JudgeConfig
+    """Return the config of the judge named ``name`` (default: the run's) if it grades answers alone.
+
+    Absolute scores need grades of single answers: a ``single``-mode judge folder (MT-Bench
+    grading) or the verifier. A pairwise judge's scores are relative to the other answer.
+    """
+    from .arena.llm_judges import load_judge_spec
+
+    judges = {j.name: j for j in [cfg.judge, *cfg.judge.members]}
+    j = judges.get(name or cfg.judge.name)
+    if j is None:
+        raise ArenaError(f"judge {name!r} is not in this run; its judges are {', '.join(judges)}")
+    if j.kind == "panel":
+        singles = [m.name for m in j.members if m.kind == "verifier"
+                   or (m.kind == "llm" and load_judge_spec(m.template).mode == "single")]
+        hint = f"choose a member that grades alone with --judge ({', '.join(singles)})" if singles else \
+            "none of its members grades answers alone"
+        raise ArenaError(f"judge {j.name!r} is a panel; its scores are means over judges, not grades: {hint}")
+    if j.kind == "llm" and load_judge_spec(j.template).mode != "single":
+        raise ArenaError(f"judge {j.name!r} grades pairs (template {j.template!r}): absolute scores need a "
+                         "single-answer judge; run one with `judge: {kind: llm, template: single, ...}`")
+    return j
+
+
+def stage_scores(cfg: RunConfig, store: Store, judge: str | None = None, *, bootstrap: int = 1000):  # noqa: ANN201
+    """Return (judge name, rating.scores.ModelScores rows): MT-Bench-style absolute scores of the test set."""
+    from .rating.scores import score_table
+
+    known = {j.name for j in [cfg.judge, *cfg.judge.members]}
+    # a judge outside the config (judgments imported with `arena import-judgments`) is taken as it
+    # is; score_table refuses grades that differ between the pairs of one answer
+    name = judge if judge is not None and judge not in known else scoring_judge(cfg, judge).name
+    judgments = store.get_judgments(name)
+    if not judgments:
+        raise ArenaError(f"{store.root} has no judgments by {name!r}: run `arena battle` (or `arena run`) first, "
+                         f"or name a judge that has some (the run's: {', '.join(sorted(known))})")
+    return name, score_table(judgments, store.get_prompts(TEST_SET), bootstrap=bootstrap, seed=cfg.ratings.seed)
+
+
+def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap: int = 200):  # noqa: ANN201
+    """Return rating.lengthcontrol.LCWinRate rows: raw and length-controlled win rates against ``reference``."""
+    from .rating.lengthcontrol import lc_win_rates
+
+    battles = store.get_battles(cfg.judge.name)
+    if not battles:
+        raise ArenaError(f"{store.root} has no battles yet: run `arena battle` (or `arena run`) first")
+    players = {m for b in battles for m in (b.model_a, b.model_b)}
+    if reference not in players:
+        raise ArenaError(f"the reference {reference!r} played no battle here; the models are {', '.join(sorted(players))}")
+    # AlpacaEval measures length in characters of the output; a multi-turn answer counts all its turns
+    lengths = {(a.prompt_id, a.model): float(sum(len(t) for t in a.turns)) for a in store.get_answers()}
+    return lc_win_rates(battles, lengths, reference, bootstrap=bootstrap, seed=cfg.ratings.seed)
+
+
+def stage_group_boards(cfg: RunConfig, store: Store, by: str, *, bootstrap: int | None = None):  # noqa: ANN201
+    """Return (group -> leaderboard, group -> why it has none) of the test set's battles grouped ``by``."""
+    from .rating.groups import group_boards
+
+    battles = store.get_battles(cfg.judge.name)
+    if not battles:
+        raise ArenaError(f"{store.root} has no battles yet: run `arena battle` (or `arena run`) first")
+    r = cfg.ratings
+    return group_boards(battles, store.get_prompts(TEST_SET), by, anchor=r.anchor, anchor_rating=r.anchor_rating,
+                        bootstrap=r.bootstrap if bootstrap is None else bootstrap, resample=r.resample, seed=r.seed)

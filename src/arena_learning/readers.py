@@ -15,6 +15,7 @@ on their own line while the rest of the file stays readable.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import re
 import sys
@@ -327,3 +328,15 @@ def iter_rows(path: str | Path, is_record: IsRecord | None = None) -> Iterator[R
         yield from _iter_parquet(p)
     else:
         yield from _iter_hf_folder(p)
+
+
+def turns_hash(turns: list[str]) -> str:
+    """Return a short stable hash of user turns: the id of a prompt whose source gives none (ingest and
+    the import of AlpacaEval outputs, which carry only the instruction, both name prompts so)."""
+    blob = json.dumps(turns, ensure_ascii=False, separators=(",", ":"))
+    return "h" + hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def alpaca_turn(instruction: str, extra: str | None) -> str:
+    """Return the user turn of an Alpaca-style record: the instruction, then its ``input`` if any."""
+    return f"{instruction}\n\n{extra}" if extra and extra.strip() else instruction

@@ -5,10 +5,14 @@ Layouts (one answer per line of JSONL, or a JSON list):
 - arena-hard-auto ``model_answer``: ``{"uid", "model", "messages": [...]}``, the
   assistant content a string or ``{"answer": ...}``;
 - FastChat / MT-Bench ``model_answer``: ``{"question_id", "model_id", "choices": [{"turns": [...]}]}``;
-- ours: ``{"prompt_id", "model", "turns": [...]}``.
+- ours: ``{"prompt_id", "model", "turns": [...]}``;
+- AlpacaEval ``model_outputs.json``: ``{"instruction", "output", "generator"}`` (``dataset``,
+  ``input`` optional), one single-turn answer each.
 
 The prompt id is the source's own id (``uid``, ``question_id``, ``prompt_id``),
-as ``arena ingest`` gives prompts, so imported answers meet their prompts.
+as ``arena ingest`` gives prompts, so imported answers meet their prompts. AlpacaEval
+records carry no id: theirs is the hash of the instruction that ``arena ingest`` gives the
+AlpacaEval questions (``alpaca_eval.json``), so the two meet as well.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArenaError
-from ..readers import bad_bytes, iter_rows
+from ..readers import alpaca_turn, bad_bytes, iter_rows, turns_hash
 from ..records import Answer
 
 
@@ -48,12 +52,15 @@ def answer_from_record(rec: dict[str, Any], where: str, model: str | None = None
         pid = rec.get("uid", rec.get("id", rec.get("prompt_id")))
         name = model or rec.get("model")
         turns = [_assistant_text(m.get("content"), where) for m in rec["messages"] if m.get("role") == "assistant"]
+    elif "instruction" in rec and "output" in rec:
+        return _alpaca_eval_answer(rec, where, model)
     elif "turns" in rec:
         pid = rec.get("prompt_id", rec.get("id", rec.get("uid")))
         name = model or rec.get("model")
         turns = rec["turns"]
     else:
-        raise ValueError(f"{where}: not an answer record (expected 'messages', 'choices' or 'turns')")
+        raise ValueError(f"{where}: not an answer record (expected 'messages', 'choices', 'turns', or AlpacaEval's "
+                         "'instruction' and 'output')")
     if pid is None or not name:
         raise ValueError(f"{where}: answer record needs a prompt id and a model name (or pass --model)")
     if not isinstance(name, str) or isinstance(pid, (dict, list, bool)):
@@ -61,6 +68,23 @@ def answer_from_record(rec: dict[str, Any], where: str, model: str | None = None
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
         raise ValueError(f"{where}: answer has no assistant turns")
     return Answer(prompt_id=str(pid), model=str(name), turns=turns)
+
+
+def _alpaca_eval_answer(rec: dict[str, Any], where: str, model: str | None) -> Answer:
+    """Return the Answer of an AlpacaEval output record; its prompt id is ingest's id for the same instruction."""
+    instruction, extra, output = rec["instruction"], rec.get("input"), rec["output"]
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise ValueError(f"{where}: 'instruction' must be non-empty text")
+    if extra is not None and not isinstance(extra, str):
+        raise ValueError(f"{where}: 'input' must be text, not {type(extra).__name__}")
+    if not isinstance(output, str):
+        raise ValueError(f"{where}: 'output' must be text, not {type(output).__name__}")
+    name = model or rec.get("generator")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}: AlpacaEval record has no 'generator' (the model name): pass --model")
+    own = next((rec[k] for k in ("id", "uid", "question_id", "conversation_id") if rec.get(k) not in (None, "")), None)
+    pid = str(own) if own is not None else turns_hash([alpaca_turn(instruction, extra)])
+    return Answer(prompt_id=pid, model=name, turns=[output])
 
 
 def read_answers(paths: list[Path], model: str | None = None) -> ImportReport:

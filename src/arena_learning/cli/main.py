@@ -141,7 +141,8 @@ def print_usage(cfg: RunConfig, store: Store) -> None:
 @app.command("import-answers")
 @user_errors
 def import_answers(
-    files: Annotated[list[Path], typer.Argument(help="answer files: arena-hard model_answer, MT-Bench model_answer, or {prompt_id, model, turns} JSONL")],
+    files: Annotated[list[Path], typer.Argument(help="answer files: arena-hard model_answer, MT-Bench model_answer, AlpacaEval model_outputs "
+                                                     "(instruction, output, generator), or {prompt_id, model, turns} JSONL")],
     workspace: Annotated[Path, typer.Option("--workspace", "-w", help="workspace to store the answers in")],
     model: Annotated[str | None, typer.Option(help="model name for every answer (default: the file's own)")] = None,
 ) -> None:
@@ -152,7 +153,7 @@ def import_answers(
     if not report.answers:
         first = f"; first problem: {report.skipped[0]}" if report.skipped else ""
         raise ArenaError(f"no answers in {', '.join(map(str, files))} ({len(report.skipped)} records skipped{first}): "
-                         "nothing was imported; give arena-hard, MT-Bench or {prompt_id, model, turns} records")
+                         "nothing was imported; give arena-hard, MT-Bench, AlpacaEval or {prompt_id, model, turns} records")
     with Store(workspace) as store:
         store.put_answers(report.answers)
         known = {p.id for s in store.prompt_sets() for p in store.get_prompts(s)}
@@ -189,6 +190,8 @@ def leaderboard(
     ratings = pipeline.workspace_board(workspace)
     if csv is not None:
         from ..rating.export import write_leaderboard_csv
+    by: Annotated[str | None, typer.Option("--by", help="one board per category, cluster or subset of the prompts "
+                                           "(subset: the test set's diverse/hard halves, else the ingest source)")] = None,
 
         write_leaderboard_csv(ratings, csv)
     _emit_board(ratings, json_out)
@@ -207,6 +210,11 @@ def winrates(
     from ..rating.elo import online_elo
     from ..rating.winrate import observed_win_matrix, predicted_win_matrix, win_rate_vs
 
+    if by is not None:
+        from .scores import print_group_boards
+
+        print_group_boards(workspace, by, json_out)
+        return
     if not (workspace / "arena.db").is_file():
         raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
     with Store(workspace, readonly=True) as store:
@@ -463,3 +471,4 @@ _register_extensions()
 
 def main() -> None:  # pragma: no cover
     app()
+    from .scores import register as register_scores; register_scores(app)  # noqa: E702

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..readers import ReadError, Row, bad_bytes
+from ..readers import ReadError, Row, alpaca_turn, bad_bytes, turns_hash
 from ..readers import iter_rows as _iter_rows
 from ..records import Prompt
 from .settings import SourceFormat, SourceSpec
@@ -90,12 +90,6 @@ def detect_layout(record: Any) -> str | None:
     if "prompt" in record:
         return "arenahard"
     return None
-
-
-def turns_hash(turns: list[str]) -> str:
-    """Return a short stable hash of user turns (the id of a source row that has none)."""
-    blob = json.dumps(turns, ensure_ascii=False, separators=(",", ":"))
-    return "h" + hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
 
 
 def _own_id(record: dict[str, Any]) -> str | None:
@@ -235,7 +229,7 @@ def read_alpaca(record: dict[str, Any], source: str) -> Prompt:
     extra = record.get("input")
     if extra is not None and not isinstance(extra, str):
         raise RecordError(f"'input' must be text, not {type(extra).__name__}")
-    turn = f"{instruction}\n\n{extra}" if extra and extra.strip() else instruction
+    turn = alpaca_turn(instruction, extra)
     output = record.get("output")
     if output is not None and not isinstance(output, str):
         raise RecordError(f"'output' must be text, not {type(output).__name__}")

@@ -25,7 +25,6 @@ import hashlib
 import json
 import math
 import re
-import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,8 @@ INLINE_LIMIT = 8_000_000
 """Bytes of battle texts kept inside the page; above it they go to sidecar chunk files."""
 GROUP_BOOTSTRAP = 100
 """Bootstrap rounds of the per-category and per-subset leaderboards (at most; the run's if fewer)."""
+MAX_CLUSTER_COLUMNS = 12
+"""Per-cluster boards join the table only up to this many clusters (``arena leaderboard --by cluster`` has all)."""
 
 _e = esc
 
@@ -182,6 +183,9 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
 
     # -- per category / subset
     sections.append(("groups", "By category and subset", _group_boards(cfg, ratings, battles, prompts)))
+    scores = _scores_html(root, cfg)
+    if scores:
+        sections.append(("scores", "Scores (single-answer grading)", scores))
 
     # -- judge
     jd = []
@@ -283,38 +287,26 @@ def _win_rates(ratings: list[Rating], battles: list[Battle]) -> str:
 
 
 def _group_boards(cfg, ratings: list[Rating], battles: list[Battle], prompts: list[Prompt]) -> str:  # noqa: ANN001
-    from ..rating.bt import leaderboard
+    from ..rating.groups import group_battles, rate_groups
 
-    by_pid = {p.id: p for p in prompts}
     columns: list[tuple[str, str, list[Battle]]] = []  # (kind, name, battles)
-    subsets: dict[str, list[Battle]] = defaultdict(list)
-    cats: dict[str, list[Battle]] = defaultdict(list)
-    for b in battles:
-        p = by_pid.get(b.prompt_id)
-        if p is None:
-            continue
-        for half in p.meta.get("testset", []) if isinstance(p.meta.get("testset"), list) else []:
-            subsets[str(half)].append(b)
-        if p.category:
-            cats[p.category].append(b)
-    if subsets:
+    subsets = group_battles(battles, prompts, "subset")
+    from_testset = any(isinstance(p.meta.get("testset"), list) for p in prompts)
+    if from_testset or len(subsets) > 1:
         columns.append(("subset", "mix (all)", battles))
-        columns += [("subset", k, v) for k, v in sorted(subsets.items())]
-    columns += [("category", k, v) for k, v in sorted(cats.items())]
+        columns += [("subset", k, v) for k, v in subsets.items()]
+    columns += [("category", k, v) for k, v in group_battles(battles, prompts, "category").items()]
+    clusters = group_battles(battles, prompts, "cluster")
+    if 1 < len(clusters) <= MAX_CLUSTER_COLUMNS:
+        columns += [("cluster", k, v) for k, v in clusters.items()]
     if not columns:
-        return '<p class="note">The test set has no categories or subsets (diverse / hard).</p>'
+        return '<p class="note">The test set has no categories, clusters or subsets.</p>'
     r = cfg.ratings
     boot = min(r.bootstrap, GROUP_BOOTSTRAP)
-    boards: list[dict[str, Rating]] = []
-    for _, _, bs in columns:
-        try:
-            with warnings.catch_warnings():  # small groups often lack an exact optimum: the prior handles it
-                warnings.simplefilter("ignore")
-                board = leaderboard(bs, anchor=r.anchor if r.anchor else None, anchor_rating=r.anchor_rating,
-                                    bootstrap=boot, resample=r.resample, seed=r.seed)
-            boards.append({x.model: x for x in board})
-        except (ArenaError, ValueError):
-            boards.append({})
+    opts = dict(anchor=r.anchor if r.anchor else None, anchor_rating=r.anchor_rating, bootstrap=boot,
+                resample=r.resample, seed=r.seed)
+    got, _ = rate_groups({(kind, name): bs for kind, name, bs in columns}, **opts)
+    boards = [{x.model: x for x in got.get((kind, name), [])} for kind, name, _ in columns]
     head = ["model", *[f"{name} ({len(bs)})" for _, name, bs in columns]]
     rows = []
     for x in ratings:
@@ -326,12 +318,46 @@ def _group_boards(cfg, ratings: list[Rating], battles: list[Battle], prompts: li
                          f"{_ci(g.ci_low, g.ci_high)}</span>")
         rows.append(cells)
     kinds = Counter(k for k, _, _ in columns)
+    subset_note = ("test-set subsets (diverse / hard, from <code>arena testset build</code>)" if from_testset
+                   else "sources (the ingested files)")
     note = (f'<p class="note">Bradley-Terry on each group\'s battles alone (number in the header), {boot} bootstrap '
             f"rounds; cell: rating, rank in the group, 95% CI. "
-            + (f"{kinds['subset'] - 1} test-set subsets (diverse / hard, from <code>arena testset build</code>); "
-               if kinds["subset"] else "")
-            + (f"{kinds['category']} task categories." if kinds["category"] else "") + "</p>")
+            + (f"{kinds['subset'] - 1} {subset_note}; " if kinds["subset"] else "")
+            + (f"{kinds['category']} task categories; " if kinds["category"] else "")
+            + (f"{kinds['cluster']} prompt clusters; " if kinds["cluster"] else "")
+            + "the same boards in the terminal: <code>arena leaderboard WS --by category|cluster|subset</code>.</p>")
     return note + f'<div class="wide">{_table(head, rows)}</div>'
+
+
+def _scores_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
+    """Return the MT-Bench-style scores table when the run's judge grades answers alone (an LLM judge), else ""."""
+    from ..arena.llm_judges import load_judge_spec
+    from ..pipeline import stage_scores
+
+    if cfg.judge.kind != "llm" or load_judge_spec(cfg.judge.template).mode != "single":
+        return ""
+    with Store(root, readonly=True) as store:
+        try:
+            name, rows = stage_scores(cfg, store, bootstrap=GROUP_BOOTSTRAP * 10)
+        except ArenaError as err:
+            return f'<p class="note">{_e(str(err))}</p>'
+    turns = sorted({t for r in rows for t in r.turns})
+    cats = sorted({c for r in rows for c in r.categories})
+
+    def cell(c) -> str:  # noqa: ANN001 - rating.scores.Cell | None
+        return "-" if c is None else f'{_num(c.mean, 2)} <span class="ci">({c.n})</span>'
+
+    head = ["model", "mean", "95% CI", *(f"turn {t}" for t in turns), "graded", "failed",
+            *(cats if len(cats) > 1 else [])]
+    body = [[_e(r.model), _num(r.mean, 2),
+             f"{_num(r.ci_low, 2)} .. {_num(r.ci_high, 2)}" if r.ci_low is not None else "-",
+             *(cell(r.turns.get(t)) for t in turns), str(r.graded), str(r.failed),
+             *(cell(r.categories.get(c)) for c in (cats if len(cats) > 1 else []))] for r in rows]
+    return (f'<p class="note">Grades of <b>{_e(name)}</b>, each answer judged alone (MT-Bench, 1-10): mean over '
+            "every graded turn with a 95% CI (bootstrap over prompts), the mean of each turn and of each category "
+            "(graded turns in brackets); failed: answers whose judgment failed, left without a grade. The same "
+            "table in the terminal: <code>arena scores WS</code>.</p>"
+            f'<div class="wide">{_table(head, body)}</div>')
 
 
 def _cluster_html(cmap: dict[str, Any], per_cluster: list[dict[str, Any]] | None, prompts: list[Prompt]) -> str:

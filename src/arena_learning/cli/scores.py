@@ -1,0 +1,145 @@
+"""CLI commands ``arena scores`` (MT-Bench-style absolute scores) and ``arena lc-winrate``
+(AlpacaEval 2's length-controlled win rate), and the printer of ``arena leaderboard --by``.
+
+Thin: open the workspace read-only, call the pipeline stage, print a table or JSON on stdout.
+Errors the user can fix are ``ArenaError``: printed on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from .errors import user_errors
+from .tables import fmt, leaderboard_table
+from ..errors import ArenaError
+from ..store import Store
+
+SCORES_HELP = (
+    "Absolute scores of single-answer grading (MT-Bench style, FastChat's show_result): per model the mean "
+    "grade over every graded turn with a 95% CI (bootstrap over prompts), the mean of each turn and of each "
+    "category with counts, and the answers left without a grade because their judgment failed.\n\n"
+    "Needs a judge that grades answers alone: an LLM judge with `template: single` (1-10) or the verifier "
+    "(0-1, the share of correct turns)."
+)
+LC_HELP = (
+    "Raw and length-controlled win rate of every model against a reference model (AlpacaEval 2): the LC win "
+    "rate is what a logistic model of the judge's preferences, with terms for the model, the normalised length "
+    "difference (tanh) and the instruction's difficulty, predicts with no length difference, averaged over "
+    "prompts. 95% CIs by bootstrap over prompts. Lengths are characters of the answers."
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``scores`` and ``lc-winrate`` commands to ``app``."""
+    app.command("scores", help=SCORES_HELP)(scores_command)
+    app.command("lc-winrate", help=LC_HELP)(lc_winrate_command)
+
+
+def _out() -> Console:
+    return Console(width=None if sys.stdout.isatty() else 120)
+
+
+def _open(workspace: Path) -> Store:
+    if not (workspace / "arena.db").is_file():
+        raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
+    return Store(workspace, readonly=True)
+
+
+@user_errors
+def scores_command(
+    workspace: Annotated[Path, typer.Argument(help="Workspace directory of a run.")],
+    judge: Annotated[Optional[str], typer.Option(help="Judge whose grades to use (default: the run's judge; a panel member by name).")] = None,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CI (0: none).")] = 1000,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+) -> None:
+    """Print the MT-Bench-style scores table (help text: ``SCORES_HELP``)."""
+    from ..pipeline import load_saved_config, stage_scores
+
+    with _open(workspace) as store:
+        name, rows = stage_scores(load_saved_config(store), store, judge, bootstrap=bootstrap)
+    if json_out:
+        sys.stdout.write(json.dumps({"judge": name, "models": [r.as_dict() for r in rows]}, indent=2) + "\n")
+        return
+    turns = sorted({t for r in rows for t in r.turns})
+    cats = sorted({c for r in rows for c in r.categories})
+    table = Table(title=f"scores by {name} (mean grade; n = graded turns)", title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), pad_edge=False)
+    table.add_column("model", no_wrap=True)
+    for col in ("mean", "95% CI", *(f"turn {t}" for t in turns), "graded", "failed"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        ci = f"{r.ci_low:.2f}..{r.ci_high:.2f}" if r.ci_low is not None and r.ci_high is not None else "-"
+        cells = [f"{fmt(r.turns[t].mean, 2)} ({r.turns[t].n})" if t in r.turns else "-" for t in turns]
+        table.add_row(r.model, fmt(r.mean, 2), ci, *cells, str(r.graded), str(r.failed))
+    _out().print(table)
+    if len(cats) > 1 or (cats and cats != ["-"]):
+        by_cat = Table(title="mean grade per category (graded turns)", title_justify="left", box=box.SIMPLE_HEAD,
+                       padding=(0, 1), pad_edge=False)
+        by_cat.add_column("model", no_wrap=True)
+        for c in cats:
+            by_cat.add_column(c, justify="right", no_wrap=True)
+        for r in rows:
+            by_cat.add_row(r.model, *(f"{fmt(r.categories[c].mean, 2)} ({r.categories[c].n})"
+                                      if c in r.categories else "-" for c in cats))
+        _out().print(by_cat)
+    failed = sum(r.failed for r in rows)
+    if failed:
+        Console(stderr=True).print(f"[yellow]{failed} answers have no grade: their judgments failed (kept with the "
+                                   "judge's raw text; `arena battle` with more `judge.retries` asks again)",
+                                   highlight=False, soft_wrap=True)
+
+
+@user_errors
+def lc_winrate_command(
+    workspace: Annotated[Path, typer.Argument(help="Workspace directory of a run.")],
+    reference: Annotated[str, typer.Option("--reference", "-r", help="The reference model every model is compared with (AlpacaEval's baseline).")],
+    bootstrap: Annotated[int, typer.Option("--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CIs (0: none).")] = 200,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+) -> None:
+    """Print raw and length-controlled win rates against ``reference`` (help text: ``LC_HELP``)."""
+    from ..pipeline import load_saved_config, stage_lc_winrates
+
+    with _open(workspace) as store:
+        rows = stage_lc_winrates(load_saved_config(store), store, reference, bootstrap=bootstrap)
+    if json_out:
+        sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+        return
+    table = Table(title=f"win rate against {reference}, raw and length-controlled (percent)", title_justify="left",
+                  box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    table.add_column("model", no_wrap=True)
+    for col in ("LC win rate", "95% CI", "win rate", "95% CI", "battles", "avg length", "length coef"):
+        table.add_column(col, justify="right", no_wrap=True)
+
+    def ci(lo: float | None, hi: float | None) -> str:
+        return f"{lo:.1f}..{hi:.1f}" if lo is not None and hi is not None else "-"
+
+    for r in rows:
+        table.add_row(r.model, fmt(r.lc_win_rate), ci(r.lc_low, r.lc_high), fmt(r.win_rate), ci(r.win_low, r.win_high),
+                      str(r.battles), f"{r.avg_length:.0f} (ref {r.reference_avg_length:.0f})", f"{r.length_coef:+.2f}")
+    _out().print(table)
+
+
+def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
+    """Print one leaderboard per ``by`` group of the workspace's prompts (``arena leaderboard --by``)."""
+    from ..pipeline import load_saved_config, stage_group_boards
+    from ..rating.export import ratings_to_json
+
+    with _open(workspace) as store:
+        boards, skipped = stage_group_boards(load_saved_config(store), store, by)
+    if json_out:
+        sys.stdout.write(json.dumps({"by": by, "groups": {g: ratings_to_json(b) for g, b in boards.items()},
+                                     "skipped": skipped}, indent=2) + "\n")
+        return
+    for name, board in boards.items():
+        n = sum(r.battles for r in board) // 2
+        _out().print(leaderboard_table(board, title=f"{by} {name} ({n} battles)"))
+    for name, why in skipped.items():
+        Console(stderr=True).print(f"[yellow]{by} {name}: no leaderboard ({why})", highlight=False, soft_wrap=True)

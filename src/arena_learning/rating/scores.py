@@ -1,0 +1,134 @@
+"""Absolute scores of single-answer grading: FastChat's MT-Bench ``show_result`` table.
+
+A single-answer judge (``judges/single-v1``, MT-Bench's 1-10 grading) and the verifier grade
+each answer alone, turn by turn, and every pair an answer plays in carries the same grades.
+This module takes the grades back out of the judgments, once per (prompt, model), and gives
+per model: the mean over every graded turn (FastChat's "average"), the mean of each turn and
+of each category with their counts, a 95% interval by bootstrap over prompts, and the answers
+left without a grade because their judgment failed.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArenaError
+from ..records import Judgment, Prompt
+
+NO_CATEGORY = "-"
+"""The category of prompts that have none."""
+
+
+@dataclass
+class Cell:
+    """A mean score and the number of graded turns behind it."""
+
+    mean: float
+    n: int
+
+
+@dataclass
+class ModelScores:
+    """One model's row of the scores table."""
+
+    model: str
+    mean: float | None  # over every graded turn of every prompt
+    ci_low: float | None
+    ci_high: float | None
+    graded: int  # answers (prompts) with grades
+    failed: int  # answers judged only in failed judgments: no grade
+    turns: dict[int, Cell] = field(default_factory=dict)  # turn number (from 1) -> mean
+    categories: dict[str, Cell] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["turns"] = {str(k): v for k, v in out["turns"].items()}
+        return out
+
+
+def graded_answers(judgments: Sequence[Judgment]) -> tuple[dict[tuple[str, str], list[float]], set[tuple[str, str]]]:
+    """Return ((prompt id, model) -> per-turn grades, the (prompt id, model) answers whose every judgment failed).
+
+    A failed single-grading judgment does not say which of its two answers failed, so an answer
+    counts as failed only when no judgment that succeeded carries its grade. Grades of one answer
+    that differ between its pairs mean a pairwise judge: an ArenaError.
+    """
+    grades: dict[tuple[str, str], list[float]] = {}
+    in_failed: set[tuple[str, str]] = set()
+    for j in judgments:
+        pairs = ((j.model_a, j.scores_a), (j.model_b, j.scores_b))
+        if j.status != "ok":
+            in_failed.update((j.prompt_id, m) for m, _ in pairs)
+            continue
+        for m, s in pairs:
+            if not s:
+                continue
+            seen = grades.setdefault((j.prompt_id, m), [float(x) for x in s])
+            if seen != [float(x) for x in s]:
+                raise ArenaError(
+                    f"judge {j.judge!r} graded {m}'s answer to prompt {j.prompt_id} {seen} in one pair and "
+                    f"{list(s)} in another: its scores depend on the other answer (a pairwise judge), so they are "
+                    "no absolute grades; score with a single-answer judge (template: single) or the verifier")
+    return grades, in_failed - set(grades)
+
+
+def score_table(
+    judgments: Sequence[Judgment],
+    prompts: Sequence[Prompt],
+    *,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    ci: float = 0.95,
+) -> list[ModelScores]:
+    """Return every model's scores, best mean first (models with no grade last).
+
+    ``prompts`` give the categories (a judgment of a prompt not among them counts under
+    ``NO_CATEGORY``). The interval resamples prompts, the same resample for every model.
+    """
+    if not judgments:
+        raise ArenaError("no judgments to score: run `arena battle` (or `arena run`) first")
+    grades, failed = graded_answers(judgments)
+    category = {p.id: p.category or NO_CATEGORY for p in prompts}
+    models = sorted({m for _, m in grades} | {m for _, m in failed})
+    pids = sorted({p for p, _ in grades})
+    p_index, m_index = {p: i for i, p in enumerate(pids)}, {m: i for i, m in enumerate(models)}
+    # per (model, prompt): sum of grades and number of graded turns, float (M, P)
+    sums = np.zeros((len(models), len(pids)))
+    counts = np.zeros((len(models), len(pids)))
+    rows: dict[str, ModelScores] = {m: ModelScores(m, None, None, None, 0, 0) for m in models}
+    turn_acc: dict[str, dict[int, list[float]]] = {m: {} for m in models}
+    cat_acc: dict[str, dict[str, list[float]]] = {m: {} for m in models}
+    for (pid, m), s in grades.items():
+        sums[m_index[m], p_index[pid]] = sum(s)
+        counts[m_index[m], p_index[pid]] = len(s)
+        rows[m].graded += 1
+        for t, x in enumerate(s, 1):
+            turn_acc[m].setdefault(t, []).append(x)
+        cat_acc[m].setdefault(category.get(pid, NO_CATEGORY), []).extend(s)
+    for _, m in failed:
+        rows[m].failed += 1
+    lo = hi = None
+    if bootstrap > 0 and pids:
+        rng = np.random.default_rng(seed)
+        pick = rng.integers(0, len(pids), size=(bootstrap, len(pids)))  # int (B, P)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = sums[:, pick].sum(-1) / counts[:, pick].sum(-1)  # float (M, B); NaN: no grade drawn
+        alpha = (1.0 - ci) / 2.0
+        with warnings.catch_warnings():  # a model whose every answer failed has no grade to resample
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lo, hi = np.nanquantile(means, alpha, axis=1), np.nanquantile(means, 1 - alpha, axis=1)
+    for m, row in rows.items():
+        i = m_index[m]
+        n = counts[i].sum()
+        if n:
+            row.mean = float(sums[i].sum() / n)
+            if lo is not None and hi is not None:
+                row.ci_low, row.ci_high = float(lo[i]), float(hi[i])
+        row.turns = {t: Cell(float(np.mean(xs)), len(xs)) for t, xs in sorted(turn_acc[m].items())}
+        row.categories = {c: Cell(float(np.mean(xs)), len(xs)) for c, xs in sorted(cat_acc[m].items())}
+    return sorted(rows.values(), key=lambda r: (r.mean is None, -(r.mean or 0.0), r.model))

@@ -1,0 +1,189 @@
+"""AlpacaEval: its output files import as answers that meet ingested AlpacaEval prompts, and the
+length-controlled win rate (AlpacaEval 2's GLM) removes a win rate that length alone explains."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.special import expit
+from typer.testing import CliRunner
+
+from arena_learning import pipeline
+from arena_learning.arena.imports import read_answers
+from arena_learning.cli import app
+from arena_learning.config import RunConfig
+from arena_learning.curate.ingest import ingest
+from arena_learning.rating.boards import read_board
+from arena_learning.rating.lengthcontrol import lc_win_rates
+from arena_learning.records import Answer, Battle, Prompt
+from arena_learning.store import Store
+
+from .conftest import SHARED_DATA
+
+QUESTIONS = [
+    {"dataset": "helpful_base", "instruction": "What are the names of some famous actors?", "output": "Tom Hanks.",
+     "generator": "gpt4_turbo"},
+    {"dataset": "koala", "instruction": "Summarise this text.", "input": "The cat sat on the mat.",
+     "output": "A cat sat.", "generator": "gpt4_turbo"},
+]
+
+
+def synthetic(n: int, rng: np.random.Generator, models: dict[str, tuple[float, float]], slope: float = 1.5):
+    """Return (battles, lengths): each model vs "ref" on ``n`` prompts; model: (quality, mean extra length)."""
+    ref = rng.uniform(600, 1400, n)
+    lengths = {(f"p{i}", "ref"): float(ref[i]) for i in range(n)}
+    battles = []
+    for model, (quality, extra) in models.items():
+        delta = rng.normal(extra, 300, n)
+        p = expit(quality + slope * np.tanh(delta / 300))
+        won = rng.random(n) < p
+        for i in range(n):
+            lengths[(f"p{i}", model)] = float(ref[i] + delta[i])
+            # the reference shown first on odd prompts: the sides must not matter
+            a, b = (model, "ref") if i % 2 else ("ref", model)
+            outcome = "model_a" if won[i] == (a == model) else "model_b"
+            battles.append(Battle(prompt_id=f"p{i}", model_a=a, model_b=b, outcome=outcome))
+    return battles, lengths
+
+
+def test_length_alone_explains_the_raw_win_rate_and_lc_moves_to_50():
+    rng = np.random.default_rng(7)
+    battles, lengths = synthetic(805, rng, {"verbose": (0.0, 350.0)})
+    (r,) = lc_win_rates(battles, lengths, "ref", bootstrap=200, seed=1)
+    assert r.model == "verbose" and r.battles == 805 and r.prompts == 805
+    assert r.win_rate > 65 and r.win_low > 55  # the judge's taste for length, taken for quality
+    assert r.lc_low <= 50 <= r.lc_high and abs(r.lc_win_rate - 50) < 4
+    assert r.lc_high - r.lc_low < 12
+    assert r.length_coef == pytest.approx(1.5, abs=0.35)
+    assert r.avg_length > r.reference_avg_length + 300
+
+
+def test_lc_keeps_a_real_quality_gap_and_the_difficulty_term_comes_from_the_other_models():
+    rng = np.random.default_rng(3)
+    battles, lengths = synthetic(600, rng, {"better": (1.0, 0.0), "verbose": (0.0, 350.0), "terse": (0.0, -350.0)})
+    rows = {r.model: r for r in lc_win_rates(battles, lengths, "ref", bootstrap=100, seed=0)}
+    assert list(rows) == sorted(rows, key=lambda m: -rows[m].lc_win_rate)  # best LC first
+    assert rows["better"].lc_low <= 100 * expit(1.0) <= rows["better"].lc_high
+    assert rows["better"].lc_win_rate == pytest.approx(rows["better"].win_rate, abs=4)
+    assert rows["terse"].win_rate < 40 and rows["terse"].lc_low <= 50 <= rows["terse"].lc_high
+    assert rows["verbose"].lc_low <= 50 <= rows["verbose"].lc_high
+    # instructions here have no difficulty of their own: its coefficient stays small
+    assert all(abs(r.difficulty_coef) < 1.0 for r in rows.values())
+
+
+def test_instruction_difficulty_shared_by_the_models_is_learned():
+    rng = np.random.default_rng(5)
+    n = 500
+    hard = rng.normal(0, 1.5, n)
+    lengths, battles = {}, []
+    for i in range(n):
+        lengths[(f"p{i}", "ref")] = 1000.0
+    for model, quality in (("a", 0.5), ("b", 0.0), ("c", -0.5)):
+        for i in range(n):
+            lengths[(f"p{i}", model)] = 1000.0 + rng.normal(0, 200)
+            won = rng.random() < expit(quality - hard[i])
+            battles.append(Battle(prompt_id=f"p{i}", model_a=model, model_b="ref",
+                                  outcome="model_a" if won else "model_b"))
+    rows = {r.model: r for r in lc_win_rates(battles, lengths, "ref", bootstrap=0)}
+    # each model's difficulty comes from the other two: a positive weight on it (easy prompts: more wins)
+    assert all(r.difficulty_coef > 0.3 for r in rows.values())
+    assert rows["a"].lc_win_rate > rows["b"].lc_win_rate > rows["c"].lc_win_rate
+    assert rows["a"].lc_low is None  # no bootstrap, no interval
+
+
+def test_ties_count_half_and_unknown_lengths_are_left_out():
+    battles = [Battle(prompt_id=f"p{i}", model_a="m", model_b="ref", outcome="tie") for i in range(40)]
+    battles.append(Battle(prompt_id="nolength", model_a="m", model_b="ref", outcome="model_a"))
+    lengths = {(f"p{i}", k): float(100 + i) for i in range(40) for k in ("m", "ref")}
+    (r,) = lc_win_rates(battles, lengths, "ref", bootstrap=20)
+    assert r.battles == 40 and r.win_rate == 50.0 and r.lc_win_rate == pytest.approx(50.0, abs=1e-6)
+
+
+def test_lc_win_rate_errors_name_the_problem():
+    battles = [Battle(prompt_id="p", model_a="x", model_b="y", outcome="tie")]
+    with pytest.raises(Exception, match="no battles against the reference 'ref'"):
+        lc_win_rates(battles, {}, "ref")
+
+
+def test_alpaca_eval_outputs_import_as_answers_that_meet_ingested_prompts(tmp_path):
+    questions = tmp_path / "alpaca_eval.json"
+    questions.write_text(json.dumps(QUESTIONS))
+    prompts = ingest([questions]).prompts
+    outputs = tmp_path / "model_outputs.json"
+    outputs.write_text(json.dumps([{**q, "output": f"answer {k}", "generator": "my-model"}
+                                   for k, q in enumerate(QUESTIONS)]))
+    jsonl = tmp_path / "reference.jsonl"
+    jsonl.write_text("\n".join(json.dumps(q) for q in QUESTIONS) + "\n"
+                     + json.dumps({"instruction": "no generator", "output": "x"}) + "\n"
+                     + json.dumps({"instruction": "bad", "output": ["not", "text"], "generator": "g"}) + "\n")
+    report = read_answers([outputs, jsonl])
+    assert [(a.prompt_id, a.model, a.turns) for a in report.answers] == [
+        (prompts[0].id, "my-model", ["answer 0"]), (prompts[1].id, "my-model", ["answer 1"]),
+        (prompts[0].id, "gpt4_turbo", ["Tom Hanks."]), (prompts[1].id, "gpt4_turbo", ["A cat sat."])]
+    assert len(report.skipped) == 2
+    assert "reference.jsonl:3" in report.skipped[0] and "no 'generator'" in report.skipped[0]
+    assert "reference.jsonl:4" in report.skipped[1] and "'output' must be text" in report.skipped[1]
+    assert read_answers([jsonl], model="renamed").answers[0].model == "renamed"
+
+
+def make_alpaca_workspace(tmp_path):
+    """A workspace as an AlpacaEval user makes one: questions ingested, outputs imported, battles judged."""
+    rng = np.random.default_rng(11)
+    n = 120
+    prompts = [Prompt(id=f"q{i}", turns=[f"question {i}"], category="general") for i in range(n)]
+    cfg = RunConfig.model_validate({
+        "name": "ae", "prompts": {"set": "alpaca"}, "ratings": {"bootstrap": 20},
+        "models": [{"name": m, "engine": "imported"} for m in ("gpt4_turbo", "verbose")],
+    })
+    ws = tmp_path / "ws"
+    with Store(ws) as store:
+        store.put_prompts("alpaca", prompts)
+        pipeline.save_config(cfg, store)
+        pipeline.stage_prompts(cfg, store)
+        store.put_answers([Answer(prompt_id=p.id, model="gpt4_turbo", turns=["x" * 800]) for p in prompts])
+        store.put_answers([Answer(prompt_id=p.id, model="verbose", turns=["y" * int(800 + rng.normal(300, 300))])
+                           for p in prompts])
+        ans = {(a.prompt_id, a.model): len(a.turns[0]) for a in store.get_answers()}
+        battles = []
+        for p in prompts:
+            d = ans[(p.id, "verbose")] - ans[(p.id, "gpt4_turbo")]
+            won = rng.random() < expit(2.0 * np.tanh(d / 300))
+            battles.append(Battle(prompt_id=p.id, model_a="verbose", model_b="gpt4_turbo",
+                                  outcome="model_a" if won else "model_b", judge="verifier"))
+        store.replace_battles("verifier", battles)
+    return ws
+
+
+def test_lc_winrate_command_table_json_and_errors(tmp_path):
+    ws = make_alpaca_workspace(tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(app, ["lc-winrate", str(ws), "--reference", "gpt4_turbo", "--json", "-b", "50"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["model"] == "verbose" and row["reference"] == "gpt4_turbo" and row["battles"] == 120
+    assert row["win_rate"] > 60 and row["lc_low"] <= 50 <= row["lc_high"]
+    table = runner.invoke(app, ["lc-winrate", str(ws), "-r", "gpt4_turbo", "-b", "20"])
+    assert table.exit_code == 0 and "LC win rate" in table.stdout and "verbose" in table.stdout
+    bad = runner.invoke(app, ["lc-winrate", str(ws), "-r", "gpt-5"])
+    assert bad.exit_code == 2 and "the reference 'gpt-5' played no battle here" in bad.output
+    assert "gpt4_turbo, verbose" in bad.output
+    missing = runner.invoke(app, ["lc-winrate", str(tmp_path / "nowhere"), "-r", "x"])
+    assert missing.exit_code == 2 and "not a workspace" in missing.output
+
+
+def test_published_alpaca_eval_leaderboard_lc_and_raw_differ_most_for_long_outputs():
+    """Sanity check on the real AlpacaEval 2 leaderboard: the published LC win rate sits below the raw
+    one for the longest outputs and above it for the shortest, as a length-controlled figure should."""
+    path = SHARED_DATA / "alpaca_eval" / "alpaca_eval_2_weighted_gpt4_turbo_leaderboard.csv"
+    if not path.exists():
+        pytest.skip(f"{path} is absent: the shared data folder (../shared/data) is not beside this checkout")
+    import pandas as pd
+
+    frame = pd.read_csv(path, index_col=0).dropna(subset=["length_controlled_winrate", "avg_length"])
+    gap = frame["length_controlled_winrate"] - frame["win_rate"]
+    long, short = frame["avg_length"] > frame["avg_length"].quantile(0.8), frame["avg_length"] < frame[
+        "avg_length"].quantile(0.2)
+    assert gap[long].median() < 0 < gap[short].median()
+    assert read_board(path).layout == "alpaca-eval"
