@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 
@@ -134,6 +134,32 @@ class SamplingParams(Section):
     stop: list[str] = Field(default_factory=list)
 
 
+class CategoryParams(Section):
+    """Sampling settings that replace a model's own for the prompts of one category (unset: kept)."""
+
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    seed: int | None = None
+    stop: list[str] | None = None
+
+
+CATEGORY_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    # FastChat's MT-Bench answers (fastchat/llm_judge/common.py, temperature_config).
+    "mt-bench": {
+        "writing": {"temperature": 0.7},
+        "roleplay": {"temperature": 0.7},
+        "extraction": {"temperature": 0.0},
+        "math": {"temperature": 0.0},
+        "coding": {"temperature": 0.0},
+        "reasoning": {"temperature": 0.0},
+        "stem": {"temperature": 0.1},
+        "humanities": {"temperature": 0.1},
+    },
+}
+"""Named ``params_by_category`` tables a config can give by name."""
+
+
 class ModelSpec(Section):
     """A contestant (or judge) model: which engine runs it and how it is prompted."""
 
@@ -153,6 +179,14 @@ class ModelSpec(Section):
     )
     prompt_format: PromptFormat = Field(default_factory=PromptFormat)
     params: SamplingParams = Field(default_factory=SamplingParams)
+    system_prompt: str | None = Field(
+        None, description="a system message put before every conversation the model answers as a contestant (chat "
+        "mode; in completion mode it replaces prompt_format.system)"
+    )
+    params_by_category: dict[str, CategoryParams] = Field(
+        default_factory=dict, description="sampling per prompt category, over `params`: a mapping category -> "
+        "settings, or a preset name ('mt-bench': FastChat's temperature per MT-Bench category)"
+    )
     # llamacpp
     n_ctx: int = 2048
     n_threads: int | None = None
@@ -171,11 +205,42 @@ class ModelSpec(Section):
     max_retries: int = Field(6, ge=0)
     price_in: float = Field(0.0, ge=0, description="price per 1M input tokens")
     price_out: float = Field(0.0, ge=0, description="price per 1M output tokens")
+    rpm: int | None = Field(None, ge=1, description="openai: requests per minute per endpoint (besides concurrency)")
+    tpm: int | None = Field(
+        None, ge=1, description="openai: tokens per minute per endpoint; a request counts its prompt (estimated) "
+        "plus max_tokens until its usage comes back"
+    )
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = Field(
+        "max_tokens", description="openai: the request field params.max_tokens is sent as; reasoning models "
+        "(o1-style) take max_completion_tokens, which bounds reasoning and answer together"
+    )
+
+    @field_validator("params_by_category", mode="before")
+    @classmethod
+    def _preset(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value not in CATEGORY_PRESETS:
+                raise ValueError(f"unknown preset {value!r}; presets: {', '.join(CATEGORY_PRESETS)} "
+                                 f"(or give a mapping category -> settings)")
+            return CATEGORY_PRESETS[value]
+        if isinstance(value, dict):
+            # Categories match case-insensitively: 'Writing' in a config, 'writing' in the data.
+            return {str(k).lower(): v for k, v in value.items()}
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         if self.engine == "openai" and not self.base_url:
             raise ValueError(f"model {self.name!r}: engine 'openai' needs base_url")
+        endpoint_only = [k for k in ("rpm", "tpm") if getattr(self, k)]
+        endpoint_only += ["max_tokens_field"] if self.max_tokens_field != "max_tokens" else []
+        if self.system_prompt and self.engine == "llamacpp" and self.mode == "chat" and self.chat_format == "gemma":
+            raise ValueError(f"model {self.name!r}: llama.cpp's 'gemma' chat format drops system messages, so "
+                             f"system_prompt would be lost; give a chat_template that places it (Gemma's own puts it "
+                             f"in the first user turn)")
+        if self.engine != "openai" and endpoint_only:
+            raise ValueError(f"model {self.name!r}: {', '.join(endpoint_only)} apply to engine 'openai' only "
+                             f"(this model's engine is {self.engine!r}); remove them")
         for url in self.base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"model {self.name!r}: base_url {url!r} must start with http:// or https://")

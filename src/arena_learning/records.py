@@ -49,6 +49,11 @@ class Answer(Record):
     tokens_out: int = 0
     latency_s: float = 0.0
     truncated: int = Field(0, description="turns cut off at max_tokens (kept, and counted in the run summary)")
+    reasoning: list[str] = Field(
+        default_factory=list, description="a reasoning model's thinking per turn, kept apart from the answer "
+        "(never judged, never trained on); empty when the model gave none"
+    )
+    reasoning_tokens: int = Field(0, description="of tokens_out, those spent reasoning")
 
 
 class Judgment(Record):

@@ -8,6 +8,11 @@ each turn separately (a killed run resumes mid-conversation).
 A turn that came back empty is a failed call (see ``engines.calls``): the
 prompt is incomplete and gets no answer. A turn cut off at max_tokens is kept
 and counted in ``Answer.truncated`` (and in the stage's ``CallStats.truncated``).
+
+The model's ``system_prompt`` opens every conversation, and ``params_by_category``
+sets the sampling of each prompt's category (both enter the ledger key through the
+request, so changing them asks again). A reasoning model's thinking is kept in
+``Answer.reasoning``; the next turn's conversation carries only its answers.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from typing import Any
+
+from ..config import ModelSpec
 from ..engines.base import Engine, Request
 from ..records import Answer, Prompt
 from ..store import DEFAULT_SET, Store
@@ -28,14 +36,24 @@ class AnswerResult:
     stats: CallStats
 
 
-def conversation(prompt: Prompt, replies: Sequence[str], upto: int) -> list[dict[str, str]]:
-    """Return the messages for turn ``upto`` (0-based): user turns with the model's earlier replies."""
-    messages: list[dict[str, str]] = []
+def conversation(prompt: Prompt, replies: Sequence[str], upto: int, system: str | None = None
+                 ) -> list[dict[str, str]]:
+    """Return the messages for turn ``upto`` (0-based): user turns with the model's earlier replies, after the
+    ``system`` message if any."""
+    messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     for t in range(upto + 1):
         messages.append({"role": "user", "content": prompt.turns[t]})
         if t < upto:
             messages.append({"role": "assistant", "content": replies[t]})
     return messages
+
+
+def category_params(spec: ModelSpec, prompt: Prompt) -> dict[str, Any]:
+    """Return the sampling settings ``spec`` sets for ``prompt``'s category (empty: the model's own params)."""
+    if not spec.params_by_category or not prompt.category:
+        return {}
+    chosen = spec.params_by_category.get(prompt.category.lower())
+    return chosen.model_dump(exclude_none=True) if chosen is not None else {}
 
 
 async def answer_prompts(
@@ -46,7 +64,10 @@ async def answer_prompts(
     listed, not answered."""
     stats = CallStats()
     replies: dict[str, list[str]] = {p.id: [] for p in prompts}
-    usage: dict[str, list[float]] = {p.id: [0, 0, 0.0, 0] for p in prompts}  # tokens in, out, latency, truncated
+    # tokens in, out, latency, truncated, reasoning tokens
+    usage: dict[str, list[float]] = {p.id: [0, 0, 0.0, 0, 0] for p in prompts}
+    thoughts: dict[str, list[str]] = {p.id: [] for p in prompts}
+    system = engine.spec.system_prompt
     alive = list(prompts)
     failed: list[str] = []
     turn = 0
@@ -54,7 +75,8 @@ async def answer_prompts(
         batch = [p for p in alive if len(p.turns) > turn]
         if not batch:
             break
-        requests = [Request(messages=conversation(p, replies[p.id], turn)) for p in batch]
+        requests = [Request(messages=conversation(p, replies[p.id], turn, system),
+                            params=category_params(engine.spec, p)) for p in batch]
         label = f"answer {model_name}" + (f" (turn {turn + 1})" if turn else "")
         results = await arun_requests(store, engine, requests, label=label, stats=stats, progress=progress)
         alive = []
@@ -63,11 +85,13 @@ async def answer_prompts(
                 failed.append(p.id)
                 continue
             replies[p.id].append(comp.text)
+            thoughts[p.id].append(comp.reasoning)
             u = usage[p.id]
             u[0] += comp.tokens_in
             u[1] += comp.tokens_out
             u[2] += comp.latency_s
             u[3] += comp.finish_reason == "length"
+            u[4] += comp.reasoning_tokens
             alive.append(p)
         turn += 1
     failed_set = set(failed)
@@ -80,6 +104,8 @@ async def answer_prompts(
             tokens_out=int(usage[p.id][1]),
             latency_s=usage[p.id][2],
             truncated=int(usage[p.id][3]),
+            reasoning=thoughts[p.id] if any(thoughts[p.id]) else [],
+            reasoning_tokens=int(usage[p.id][4]),
         )
         for p in prompts
         if p.id not in failed_set

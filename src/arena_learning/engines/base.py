@@ -35,13 +35,19 @@ class Request(BaseModel):
 
 
 class Completion(BaseModel):
-    """What came back: the text, token counts and how long it took."""
+    """What came back: the text, token counts and how long it took.
+
+    ``text`` is the answer only; a reasoning model's thinking is in ``reasoning`` (see
+    ``engines.reasoning``), and its tokens, counted in ``tokens_out`` too, in ``reasoning_tokens``.
+    """
 
     text: str
     tokens_in: int = 0
     tokens_out: int = 0
     latency_s: float = 0.0
     finish_reason: str | None = None
+    reasoning: str = ""
+    reasoning_tokens: int = 0
 
 
 class CallFailed(Exception):

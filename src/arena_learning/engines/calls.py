@@ -21,7 +21,10 @@ What counts as a success is decided here, for every engine:
   rating, and ask again on every run; it is kept, and counted in ``empty``;
 - a completion cut off at ``max_tokens`` (``finish_reason == "length"``) is
   kept, and counted (``CallStats.truncated``); the ledger's response keeps its
-  finish_reason, so a rerun counts it again.
+  finish_reason, so a rerun counts it again;
+- reasoning (``<think>`` blocks, a reply's ``reasoning_content``) is split off
+  every completion, new or from the ledger, before anything else looks at it
+  (``engines.reasoning``): a reply that is all reasoning and no answer is empty.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .base import CallFailed, Completion, Engine, Request
+from .reasoning import split_reasoning
 from ..store import Store, call_key
 
 
@@ -82,6 +86,9 @@ def is_truncated(comp: Completion) -> bool:
 
 def empty_error(comp: Completion) -> str:
     """Return the ledger's error message for an empty completion."""
+    if comp.reasoning:
+        return (f"no answer after {len(comp.reasoning)} characters of reasoning (finish_reason="
+                f"{comp.finish_reason or 'none'}): raise max_tokens if it ran out; retried on the next run")
     return (f"empty completion (finish_reason={comp.finish_reason or 'none'}): no text came back; "
             "retried on the next run")
 
@@ -145,7 +152,7 @@ async def arun_requests(
             continue
         rec = known.get(key)
         if rec is not None and rec.status == "ok" and rec.response is not None:
-            comp = Completion.model_validate(rec.response)
+            comp = split_reasoning(Completion.model_validate(rec.response))
             if is_empty(comp):
                 if not engine.repeatable(req):
                     # Stored as a success by a version that let empty text through: ask again.
@@ -178,7 +185,7 @@ async def arun_requests(
             }
             stats.sent += 1
             try:
-                comp = await engine.complete(req)
+                comp = split_reasoning(await engine.complete(req))
                 if is_empty(comp):
                     stats.empty += 1
                     if not engine.repeatable(req):

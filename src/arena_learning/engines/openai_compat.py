@@ -15,6 +15,13 @@ A reply's latency is measured from the moment its request is sent, not from
 when it started waiting for one of the endpoint's ``concurrency`` slots. A
 ``content: null`` reply becomes empty text, which the ledger road
 (``engines.calls``) records as a failed call, never as an answer.
+
+``rpm`` and ``tpm`` limit each endpoint's requests and tokens per minute
+(``engines.ratelimit``): a request waits for them once it holds a concurrency
+slot, right before it is sent, so the rate holds at the server. A reply's
+``reasoning_content`` (or ``reasoning``) is kept apart from its answer
+(``engines.reasoning``); ``max_tokens_field: max_completion_tokens`` sends the
+limit as reasoning models want it.
 """
 
 from __future__ import annotations
@@ -31,16 +38,18 @@ import aiohttp
 from ..config import ModelSpec
 from ..errors import EngineError
 from .base import CallFailed, Completion, Engine, Request, completion_stops, render_completion_prompt
+from .ratelimit import EndpointLimits, estimate_tokens
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 class _Endpoint:
-    def __init__(self, base_url: str, limit: int):
+    def __init__(self, base_url: str, limit: int, rpm: int | None = None, tpm: int | None = None):
         self.base_url = base_url.rstrip("/")
         self.limit = limit
         self.in_flight = 0
         self.sem: asyncio.Semaphore | None = None
+        self.rates = EndpointLimits(rpm, tpm)
 
 
 class OpenAIEngine(Engine):
@@ -48,7 +57,7 @@ class OpenAIEngine(Engine):
 
     def __init__(self, spec: ModelSpec):
         super().__init__(spec)
-        self.endpoints = [_Endpoint(u, spec.concurrency) for u in spec.base_urls]
+        self.endpoints = [_Endpoint(u, spec.concurrency, spec.rpm, spec.tpm) for u in spec.base_urls]
         self.api_key: str | None = None
         if spec.api_key_env:
             self.api_key = os.environ.get(spec.api_key_env)
@@ -92,11 +101,18 @@ class OpenAIEngine(Engine):
             await self._session.close()
         self._session = None
 
+    def key_params(self, request: Request) -> dict[str, Any]:
+        params = super().key_params(request)
+        if self.spec.max_tokens_field != "max_tokens":
+            # Only when set, so that the keys of every existing workspace stay as they were.
+            params["max_tokens_field"] = self.spec.max_tokens_field
+        return params
+
     def _body(self, request: Request) -> tuple[str, dict[str, Any]]:
         params = {**self.default_params(), **request.params}
         body: dict[str, Any] = {
             "model": self.spec.model,
-            "max_tokens": params.pop("max_tokens"),
+            self.spec.max_tokens_field: params.pop("max_tokens"),
             "temperature": params.pop("temperature"),
             "top_p": params.pop("top_p"),
             "seed": params.pop("seed"),
@@ -123,6 +139,7 @@ class OpenAIEngine(Engine):
 
     async def complete(self, request: Request) -> Completion:
         path, body = self._body(request)
+        estimate = estimate_tokens(body, body[self.spec.max_tokens_field])
         session = self._get_session()
         last_error = ""
         for attempt in range(self.spec.max_retries + 1):
@@ -132,14 +149,19 @@ class OpenAIEngine(Engine):
             try:
                 assert endpoint.sem is not None
                 async with endpoint.sem:
-                    # Latency runs from the moment the request is sent: the wait for a slot
-                    # above is this client's queue, not the model's time.
+                    # Wait for the rate limits holding the slot: taken before it, the tokens would be
+                    # spent while the request still queues, and the requests would burst out later.
+                    taken = await endpoint.rates.acquire(estimate)
+                    # Latency runs from the moment the request is sent: the waits for a slot and for
+                    # the rate limits above are this client's queue, not the model's time.
                     start = time.perf_counter()
                     async with session.post(endpoint.base_url + path, json=body) as resp:
                         raw = await resp.read()
                         if resp.status == 200:
                             try:
-                                return self._parse(raw, path, time.perf_counter() - start, endpoint.base_url)
+                                comp = self._parse(raw, path, time.perf_counter() - start, endpoint.base_url)
+                                endpoint.rates.settle(taken, comp.tokens_in + comp.tokens_out)
+                                return comp
                             except CallFailed as err:  # a mangled body (cut off, not JSON, no choices): ask again
                                 last_error = str(err)
                                 raise _Malformed from None
@@ -168,6 +190,9 @@ class OpenAIEngine(Engine):
         except (ValueError, KeyError, IndexError, TypeError) as err:
             raise CallFailed(f"malformed response from {base_url}{path}: {raw[:200]!r}") from err
         usage = data.get("usage") or {}
+        message = choice.get("message") or {}
+        reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+        details = usage.get("completion_tokens_details") or {}
         if self.spec.mode == "completion" and self.spec.prompt_format.strip_answer and text:
             text = text.strip()
         return Completion(
@@ -176,6 +201,8 @@ class OpenAIEngine(Engine):
             tokens_out=usage.get("completion_tokens", 0) or 0,
             latency_s=latency,
             finish_reason=choice.get("finish_reason"),
+            reasoning=reasoning if isinstance(reasoning, str) else json.dumps(reasoning),
+            reasoning_tokens=details.get("reasoning_tokens", 0) or 0,
         )
 
 

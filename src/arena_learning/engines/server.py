@@ -164,6 +164,8 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
 
     def params_of(body: dict[str, Any]) -> dict[str, Any]:
         params = {k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None}
+        if body.get("max_completion_tokens") is not None and "max_tokens" not in params:
+            params["max_tokens"] = body["max_completion_tokens"]  # what reasoning-model clients send
         if isinstance(params.get("stop"), str):
             params["stop"] = [params["stop"]]
         fmt = body.get("response_format")
