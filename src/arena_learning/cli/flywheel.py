@@ -114,8 +114,11 @@ def flywheel_command(
                                                       "training.sft.epochs=1 (repeatable)")] = None,
     baselines: Annotated[Optional[str], typer.Option(help="comma-separated selection baselines (all, random, "
                                                      "longest) trained side by side for the ablation")] = None,
+    print_launch: Annotated[bool, typer.Option("--print-launch", help="print the command that trains each stage "
+                                               "(training.launch: inprocess, accelerate or torchrun) and exit; "
+                                               "runs nothing")] = False,
 ) -> None:
-    from ..flywheel.rounds import run_flywheel, save_flywheel_config
+    from ..flywheel.rounds import launch_plan, run_flywheel, save_flywheel_config
     from ..flywheel.settings import BASELINES, FlywheelConfig
 
     cfg = load_config_file(config, FlywheelConfig, set_)
@@ -126,6 +129,9 @@ def flywheel_command(
         if bad:
             raise ArenaError(f"--baselines: unknown {', '.join(bad)}; use any of {', '.join(BASELINES)}")
     ws = workspace or (Path(cfg.workspace) if cfg.workspace else Path("workspaces") / cfg.name)
+    if print_launch:
+        print_launch_plan(launch_plan(cfg, ws, chosen), json_out)
+        return
     with Store(ws) as store:
         save_flywheel_config(cfg, store)
         report = run_flywheel(cfg, store, baselines=chosen)
@@ -142,6 +148,22 @@ def flywheel_command(
     except Exception as err:  # noqa: BLE001 - any failure of an optional stage is reported, never fatal
         err_console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
                           f"are kept in {ws}; retry with `arena report {ws}`", highlight=False)
+
+
+def print_launch_plan(rows: list[dict], json_out: bool) -> None:
+    """Print each stage's training command (stdout: a shell script, or JSON)."""
+    from ..scale.launch import shell_line
+
+    if json_out:
+        typer.echo(json.dumps(rows))
+        return
+    if rows and rows[0]["launcher"] == "inprocess":
+        typer.echo("# training.launch.launcher is inprocess: `arena flywheel` trains each stage itself; the same "
+                   "training as its own process would be:")
+    for r in rows:
+        typer.echo(f"# {r['stage']} ({r['kind']}): the round runner writes {r['job']} when the stage's data is "
+                   f"harvested, then runs")
+        typer.echo(shell_line(r["command"]))
 
 
 @user_errors

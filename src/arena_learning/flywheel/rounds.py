@@ -48,15 +48,18 @@ from ..engines.calls import make_progress
 from ..engines.identity import content_identity
 from ..engines.transformers_engine import release_models, resolve_hf_folder
 from ..records import Answer, Battle, Prompt, Rating
+from ..scale.launch import LaunchError, check_launchable, launch_command, run_launch
 from ..store import Store
 from ..tasks import CATEGORIES, generate_tasks
 from . import train as training
 from .export import export_items, read_items
 from .harvest import RipFilter, per_model_counts, select_pairs, select_sft
 from .settings import FlywheelConfig, RoundSpec, SliceSpec, StageSpec
+from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
 TEST_SET = pipeline.TEST_SET
 STATE_FILE = "state.json"
+LAUNCH_LOG = "launch.log"
 
 
 def slice_set(name: str) -> str:
@@ -302,8 +305,8 @@ class Flywheel:
                   variant: str | None = None, size: int | None = None) -> tuple[ModelSpec, dict[str, Any]]:
         """Run one stage (or its ablation ``variant``) from ``current``; return the new model and its record."""
         name = self._stage_name(rnd, r, i, stage) + (f"-{variant}" if variant else "")
-        folder = self.root / f"round-{r}" / (f"{i}-{stage.kind}" + (f"-{variant}" if variant else ""))
-        key = f"r{r}.{i}-{stage.kind}" + (f"-{variant}" if variant else "")
+        folder = stage_folder(self.root, r, i, stage.kind, variant)
+        key = stage_key(r, i, stage.kind, variant)
         fp = self._fingerprint(r, i, stage, before, variant)
         rec = self.state["stages"].get(key)
         if rec is not None and rec.get("fingerprint") != fp:
@@ -370,18 +373,16 @@ class Flywheel:
         t2 = time.perf_counter()
         s = self.cfg.training
         try:
-            if stage.kind == "sft":
-                res = training.train_sft(current.model, items, folder, s.sft, spec=self.cfg.target)
-            elif stage.kind == "dpo":
-                res = training.train_dpo(current.model, items, folder, s.dpo, spec=self.cfg.target)
+            if stage.kind in ("sft", "dpo"):
+                res = self.train_one(stage.kind, current.model, folder, items=items)
             else:
                 reward_model = None
                 if s.rl.reward == "model":
-                    rm = training.train_reward(current.model, items, folder / "rm", s.rm, spec=self.cfg.target)
+                    rm = self.train_one("rm", current.model, folder / "rm", items=items)
                     rec["rm"] = rm.summary()
                     reward_model = rm.model_dir
-                res = training.train_rl(current.model, self._slices[stage.slice], folder, s.rl, spec=self.cfg.target,
-                                        reward_model=reward_model)
+                res = self.train_one("rl", current.model, folder, prompts=self._slices[stage.slice],
+                                     reward_model=reward_model)
         except training.NoTrainingData as err:
             self.say(f"[flywheel] {key}: {err}; the stage is skipped and the model stays {current.name}")
             rec["status"] = "skipped"
@@ -395,6 +396,42 @@ class Flywheel:
         self.say(f"[flywheel] {key}: {len(items)} examples, {res.steps} steps, loss {res.train_loss}, "
                  f"{res.seconds:.0f} s" + (f" (resumed from {res.resumed_from})" if res.resumed_from else ""))
         return out_spec, rec
+
+    def train_one(self, kind: str, base: str, folder: Path, *, items: Sequence[Any] = (),
+                  prompts: Sequence[Prompt] = (), reward_model: Path | None = None) -> training.TrainResult:
+        """Train ``kind`` (sft, dpo, rm or rl) from ``base`` into ``folder``, in process or launched (training.launch)."""
+        settings = getattr(self.cfg.training, kind)
+        launch = self.cfg.training.launch
+        spec = self.cfg.target
+        if launch.launcher == "inprocess":
+            if kind == "rl":
+                return training.train_rl(base, prompts, folder, settings, spec=spec, reward_model=reward_model)
+            fn = {"sft": training.train_sft, "dpo": training.train_dpo, "rm": training.train_reward}[kind]
+            return fn(base, items, folder, settings, spec=spec)
+        done_kind = settings.algorithm if kind == "rl" else kind
+        if (done := training.done_result(folder, done_kind)) is not None:
+            return done
+        if not (prompts if kind == "rl" else items):
+            raise training.NoTrainingData(f"no {kind} data to train on")
+        folder.mkdir(parents=True, exist_ok=True)
+        job = StageJob(kind=kind, base=str(resolve_hf_folder(str(base))), stage=str(folder),  # type: ignore[arg-type]
+                       settings=settings.model_dump(mode="json"), target=spec,
+                       reward_model=str(reward_model) if reward_model is not None else None,
+                       mixed_precision=launch.mixed_precision, cpu=launch.cpu)
+        if kind == "rl":
+            job.prompts = str(write_prompts(list(prompts), folder / "prompts.jsonl"))
+        else:
+            job.data = str(export_items(items, folder / "train.jsonl", kind="sft" if kind == "sft" else "pairs"))
+        check_launchable(launch)
+        argv = launch_command(launch, write_job(job, folder / JOB_FILE))
+        self.say(f"[flywheel] training {kind} with {launch.launcher} ({launch.num_processes} processes); log in "
+                 f"{folder / LAUNCH_LOG}")
+        run_launch(argv, folder / LAUNCH_LOG)
+        done = training.done_result(folder, done_kind)
+        if done is None:
+            raise LaunchError(f"the {kind} launch exited without a finished model in {folder / training.MODEL_DIR}; "
+                              f"see {folder / LAUNCH_LOG}")
+        return done
 
     def _replayed(self, r: int, kind: str, data_name: str) -> list[Any]:
         """Return the harvests of ``kind`` of the main stages of rounds before ``r`` (replay)."""
@@ -484,6 +521,39 @@ class Flywheel:
                                                   "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
         self._save_state()
         return rep
+
+
+def stage_folder(root: Path, r: int, i: int, kind: str, variant: str | None = None) -> Path:
+    """Return the folder of stage ``i`` of round ``r`` (or of its ablation ``variant``) under the flywheel root."""
+    return root / f"round-{r}" / (f"{i}-{kind}" + (f"-{variant}" if variant else ""))
+
+
+def stage_key(r: int, i: int, kind: str, variant: str | None = None) -> str:
+    """Return a stage's key in the state and the tables: ``rR.I-KIND[-VARIANT]``."""
+    return f"r{r}.{i}-{kind}" + (f"-{variant}" if variant else "")
+
+
+def launch_plan(cfg: FlywheelConfig, workspace: str | Path, baselines: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Return the command that trains each stage of ``cfg`` (in run order), with its job file and kind.
+
+    The job files are written by the round runner when the stage's data is harvested; the commands
+    are exactly what it runs then (``training.launch``).
+    """
+    root = Path(workspace) / "flywheel"
+    chosen = list(cfg.harvest.baselines if baselines is None else baselines)
+    launch = cfg.training.launch
+    out = []
+    for r, rnd in enumerate(cfg.rounds):
+        for i, stage in enumerate(rnd.stages):
+            variants: list[str | None] = [None, *(chosen if stage.kind in ("sft", "dpo") else [])]
+            for variant in variants:
+                folder = stage_folder(root, r, i, stage.kind, variant)
+                jobs = [("rm", folder / "rm")] if stage.kind == "rl" and cfg.training.rl.reward == "model" else []
+                for kind, where in [*jobs, (stage.kind, folder)]:
+                    job = where / JOB_FILE
+                    out.append({"stage": stage_key(r, i, stage.kind, variant), "round": r, "kind": kind,
+                                "launcher": launch.launcher, "job": str(job), "command": launch_command(launch, job)})
+    return out
 
 
 def run_flywheel(cfg: FlywheelConfig, store: Store, *, show_progress: bool = True,

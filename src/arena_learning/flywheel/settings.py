@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ..config import JudgeConfig, ModelSpec, PromptsConfig, RatingConfig, Section, TasksConfig
+from ..scale.launch import LaunchSettings
 
 PAPER = {
     "sft": {"learning_rate": 5e-6, "epochs": 3, "batch_size": 128},
@@ -197,6 +198,8 @@ class TrainingConfig(Section):
     dpo: DPOSettings = Field(default_factory=DPOSettings)
     rm: RMSettings = Field(default_factory=RMSettings)
     rl: RLSettings = Field(default_factory=RLSettings)
+    launch: LaunchSettings = Field(default_factory=LaunchSettings, description="how stages are launched: in "
+                                   "process (default), accelerate (DeepSpeed ZeRO-2/3, multi-GPU) or torchrun")
 
 
 class FlywheelConfig(Section):

@@ -77,6 +77,20 @@ class NoTrainingData(ValueError):
     """A stage was given no examples."""
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How a trainer runs: precision, device, and whether it is a launched process (one of several ranks).
+
+    ``launched``: the model is saved through the trainer (which gathers ZeRO-3 shards from every
+    rank) and LoRA is merged from that save on the main process; in-process training merges the
+    trainer's model directly. Only the main process writes the stage's files.
+    """
+
+    mixed_precision: str = "no"  # no, bf16 or fp16
+    cpu: bool = False
+    launched: bool = False
+
+
 # ---- rendering records as the target is asked ----------------------------------------
 
 
@@ -199,8 +213,10 @@ def last_checkpoint(work: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
-def _common_args(s: TrainSettings, work: Path, n_rows: int) -> dict[str, Any]:
+def _common_args(s: TrainSettings, work: Path, n_rows: int, run: RunOptions | None = None) -> dict[str, Any]:
     import torch
+
+    run = run or RunOptions()
 
     if s.threads:
         torch.set_num_threads(s.threads)
@@ -220,12 +236,12 @@ def _common_args(s: TrainSettings, work: Path, n_rows: int) -> dict[str, Any]:
         "save_total_limit": 2,
         "seed": s.seed,
         "data_seed": s.seed,
-        "bf16": False,
-        "fp16": False,
+        "bf16": run.mixed_precision == "bf16",
+        "fp16": run.mixed_precision == "fp16",
         "activation_checkpointing": False,
         "report_to": "none",
         "dataloader_num_workers": 0,
-        "use_cpu": not torch.cuda.is_available(),
+        "use_cpu": run.cpu or not torch.cuda.is_available(),
         "disable_tqdm": False,
     }
 
@@ -255,7 +271,8 @@ def _loss_logger(path: Path, kind: str):  # noqa: ANN202 - a TrainerCallback
 
     class LossLog(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN003, ARG002
-            _write_json(path, {"kind": kind, "done": False, "log": state.log_history})
+            if state.is_world_process_zero:
+                _write_json(path, {"kind": kind, "done": False, "log": state.log_history})
 
     return LossLog()
 
@@ -270,14 +287,51 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _finish(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float,
-            resumed: Path | None, train_out: Any) -> TrainResult:
-    """Merge LoRA, save the model folder atomically, write the losses; return the result."""
-    model = trainer.model
-    if hasattr(model, "merge_and_unload"):
+def _gathered_model(trainer: Any, tok: Any, stage: Path, kind: str) -> Any:
+    """Return the trained model, LoRA merged, from a save through the trainer (None on ranks other than the main).
+
+    Every rank must call this: the save gathers the weights that ZeRO-3 spreads over the ranks.
+    """
+    parts = stage / f".{MODEL_DIR}.parts"
+    trainer.save_model(str(parts))
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.is_world_process_zero():
+        return None
+    import torch
+
+    if (parts / "adapter_config.json").is_file():
+        from peft import AutoPeftModelForCausalLM, AutoPeftModelForSequenceClassification
+
+        if kind == "rm":
+            model = AutoPeftModelForSequenceClassification.from_pretrained(str(parts), num_labels=1,
+                                                                           dtype=torch.float32)
+        else:
+            model = AutoPeftModelForCausalLM.from_pretrained(str(parts), dtype=torch.float32)
         model = model.merge_and_unload()
-    model = clear_quantization(model)
+    else:
+        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+        cls = AutoModelForSequenceClassification if kind == "rm" else AutoModelForCausalLM
+        model = cls.from_pretrained(str(parts), dtype=torch.float32)
+    if kind == "rm":
+        model.config.pad_token_id = tok.pad_token_id
+    shutil.rmtree(parts, ignore_errors=True)
+    return model
+
+
+def _finish(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float,
+            resumed: Path | None, train_out: Any, run: RunOptions | None = None) -> TrainResult:
+    """Merge LoRA, save the model folder atomically, write the losses; return the result."""
     final = stage / MODEL_DIR
+    if run is not None and run.launched:
+        model = _gathered_model(trainer, tok, stage, kind)
+        if model is None:  # another rank: the main process writes the stage's files
+            return TrainResult(kind=kind, model_dir=final, examples=n_rows, steps=int(trainer.state.global_step))
+    else:
+        model = trainer.model
+        if hasattr(model, "merge_and_unload"):
+            model = model.merge_and_unload()
+    model = clear_quantization(model)
     tmp = stage / f".{MODEL_DIR}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp))
@@ -299,7 +353,9 @@ def _finish(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started
     return result
 
 
-def _reuse(stage: Path, kind: str) -> TrainResult | None:
+def done_result(stage: str | Path, kind: str) -> TrainResult | None:
+    """Return what the finished training in ``stage`` did (None when it holds no finished model)."""
+    stage = Path(stage)
     if not stage_done(stage):
         return None
     summary = json.loads((stage / MODEL_DIR / DONE_MARK).read_text())
@@ -312,14 +368,16 @@ def _reuse(stage: Path, kind: str) -> TrainResult | None:
                        peak_rss_mb=summary.get("peak_rss_mb", 0.0), reused=True, log=log)
 
 
-def _run(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float, retrain: bool) -> TrainResult:
+def _run(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float, retrain: bool,
+         run: RunOptions | None = None) -> TrainResult:
     work = stage / WORK_DIR
     resume = None if retrain else last_checkpoint(work)
     # Trainer logs print to stdout (tqdm.write); stdout is for results (--json), so send them to stderr.
     with contextlib.redirect_stdout(sys.stderr):
         out = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    result = _finish(trainer, tok, stage, kind, n_rows, started, resume, out)
-    shutil.rmtree(work, ignore_errors=True)  # the model is saved; checkpoints are no longer needed
+    result = _finish(trainer, tok, stage, kind, n_rows, started, resume, out, run)
+    if trainer.is_world_process_zero():
+        shutil.rmtree(work, ignore_errors=True)  # the model is saved; checkpoints are no longer needed
     return result
 
 
@@ -335,11 +393,11 @@ def _prepare(stage: str | Path, base: str | Path, retrain: bool) -> tuple[Path, 
 
 
 def train_sft(base: str | Path, items: Sequence[SFTItem], stage: str | Path, settings: SFTSettings | None = None,
-              *, spec: ModelSpec | None = None, retrain: bool = False) -> TrainResult:
+              *, spec: ModelSpec | None = None, retrain: bool = False, run: RunOptions | None = None) -> TrainResult:
     """Fine-tune ``base`` on SFT examples (TRL SFTTrainer, loss on the answers); the model lands in STAGE/model."""
     s = settings or SFTSettings()
     stage_p = Path(stage)
-    if not retrain and (done := _reuse(stage_p, "sft")) is not None:
+    if not retrain and (done := done_result(stage_p, "sft")) is not None:
         return done
     rows = sft_training_rows(items, spec)
     if not rows:
@@ -350,20 +408,20 @@ def train_sft(base: str | Path, items: Sequence[SFTItem], stage: str | Path, set
     from trl import SFTConfig, SFTTrainer
 
     model, tok = _load_causal(base_p)
-    args = SFTConfig(**_common_args(s, stage_p / WORK_DIR, len(rows)), max_length=s.max_length,
+    args = SFTConfig(**_common_args(s, stage_p / WORK_DIR, len(rows), run), max_length=s.max_length,
                      completion_only_loss=s.completion_only_loss, packing=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          peft_config=_lora(s), callbacks=[_loss_logger(stage_p / LOSSES, "sft")])
-    return _run(trainer, tok, stage_p, "sft", len(rows), started, retrain)
+    return _run(trainer, tok, stage_p, "sft", len(rows), started, retrain, run)
 
 
 def train_dpo(base: str | Path, items: Sequence[PreferenceItem], stage: str | Path,
               settings: DPOSettings | None = None, *, spec: ModelSpec | None = None,
-              retrain: bool = False) -> TrainResult:
+              retrain: bool = False, run: RunOptions | None = None) -> TrainResult:
     """DPO on preference pairs (TRL DPOTrainer; with LoRA the reference is the base with adapters off)."""
     s = settings or DPOSettings()
     stage_p = Path(stage)
-    if not retrain and (done := _reuse(stage_p, "dpo")) is not None:
+    if not retrain and (done := done_result(stage_p, "dpo")) is not None:
         return done
     rows = pair_training_rows(items, spec)
     if not rows:
@@ -380,19 +438,19 @@ def train_dpo(base: str | Path, items: Sequence[PreferenceItem], stage: str | Pa
         extra["loss_weights"] = s.loss_weights
     if s.ld_alpha is not None:
         extra["ld_alpha"] = s.ld_alpha
-    args = DPOConfig(**_common_args(s, stage_p / WORK_DIR, len(rows)), **extra)
+    args = DPOConfig(**_common_args(s, stage_p / WORK_DIR, len(rows), run), **extra)
     trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          peft_config=_lora(s), callbacks=[_loss_logger(stage_p / LOSSES, "dpo")])
-    return _run(trainer, tok, stage_p, "dpo", len(rows), started, retrain)
+    return _run(trainer, tok, stage_p, "dpo", len(rows), started, retrain, run)
 
 
 def train_reward(base: str | Path, items: Sequence[PreferenceItem], stage: str | Path,
                  settings: RMSettings | None = None, *, spec: ModelSpec | None = None,
-                 retrain: bool = False) -> TrainResult:
+                 retrain: bool = False, run: RunOptions | None = None) -> TrainResult:
     """A reward model (sequence classifier, one score) on preference pairs (TRL RewardTrainer, with margins)."""
     s = settings or RMSettings()
     stage_p = Path(stage)
-    if not retrain and (done := _reuse(stage_p, "rm")) is not None:
+    if not retrain and (done := done_result(stage_p, "rm")) is not None:
         return done
     rows = pair_training_rows(items, spec, with_margin=s.use_margin)
     if not rows:
@@ -410,15 +468,15 @@ def train_reward(base: str | Path, items: Sequence[PreferenceItem], stage: str |
     model = AutoModelForSequenceClassification.from_pretrained(str(base_p), num_labels=1, dtype=torch.float32)
     model.config.pad_token_id = tok.pad_token_id
     clear_quantization(model)
-    args = RewardConfig(**_common_args(s, stage_p / WORK_DIR, len(rows)), max_length=s.max_length)
+    args = RewardConfig(**_common_args(s, stage_p / WORK_DIR, len(rows), run), max_length=s.max_length)
     trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                             peft_config=_lora(s, "SEQ_CLS"), callbacks=[_loss_logger(stage_p / LOSSES, "rm")])
-    return _run(trainer, tok, stage_p, "rm", len(rows), started, retrain)
+    return _run(trainer, tok, stage_p, "rm", len(rows), started, retrain, run)
 
 
 def train_rl(base: str | Path, prompts: Sequence[Prompt], stage: str | Path, settings: RLSettings | None = None,
              *, spec: ModelSpec | None = None, reward_model: str | Path | None = None,
-             retrain: bool = False) -> TrainResult:
+             retrain: bool = False, run: RunOptions | None = None) -> TrainResult:
     """The RL stage: RLOO (or GRPO) on ``prompts``, rewarded by ``reward_model`` or the task verifier.
 
     ``settings.reward``: ``model`` needs ``reward_model`` (a folder from ``train_reward``);
@@ -426,7 +484,7 @@ def train_rl(base: str | Path, prompts: Sequence[Prompt], stage: str | Path, set
     """
     s = settings or RLSettings()
     stage_p = Path(stage)
-    if not retrain and (done := _reuse(stage_p, s.algorithm)) is not None:
+    if not retrain and (done := done_result(stage_p, s.algorithm)) is not None:
         return done
     rows = rl_prompt_rows(prompts, spec)
     if not rows:
@@ -449,7 +507,7 @@ def train_rl(base: str | Path, prompts: Sequence[Prompt], stage: str | Path, set
         from trl import GRPOTrainer as Trainer
     model, tok = _load_causal(base_p)
     tok.padding_side = "left"
-    common = _common_args(s, stage_p / WORK_DIR, len(rows))
+    common = _common_args(s, stage_p / WORK_DIR, len(rows), run)
     # Every micro-batch holds whole groups of samples of one prompt.
     micro = max(s.num_generations, (s.micro // s.num_generations) * s.num_generations)
     common["per_device_train_batch_size"] = micro
@@ -458,4 +516,4 @@ def train_rl(base: str | Path, prompts: Sequence[Prompt], stage: str | Path, set
     trainer = Trainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
                       processing_class=tok, peft_config=_lora(s),
                       callbacks=[_loss_logger(stage_p / LOSSES, s.algorithm)])
-    return _run(trainer, tok, stage_p, s.algorithm, len(rows), started, retrain)
+    return _run(trainer, tok, stage_p, s.algorithm, len(rows), started, retrain, run)
