@@ -204,3 +204,18 @@ def test_arena_serve_reads_max_completion_tokens_as_max_tokens(tmp_path):
         assert comp.text == "max_tokens=7"
     finally:
         srv.close()
+
+
+def test_imported_answers_keep_their_think_blocks_apart(tmp_path):
+    from arena_learning.arena.imports import read_answers
+
+    path = tmp_path / "model_answer.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"question_id": 81, "model_id": "r1", "choices": [{"turns": [f"<think>{SECRET}</think>\n\nA blog post.",
+                                                                    "A rewrite."]}]},
+        {"question_id": 82, "model_id": "r1", "choices": [{"turns": ["An email."]}]},
+    ]) + "\n", encoding="utf-8")
+    report = read_answers([path])
+    first, second = report.answers
+    assert first.turns == ["A blog post.", "A rewrite."] and first.reasoning == [SECRET, ""]
+    assert second.turns == ["An email."] and second.reasoning == []

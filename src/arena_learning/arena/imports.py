@@ -12,7 +12,8 @@ Layouts (one answer per line of JSONL, or a JSON list):
 The prompt id is the source's own id (``uid``, ``question_id``, ``prompt_id``),
 as ``arena ingest`` gives prompts, so imported answers meet their prompts. AlpacaEval
 records carry no id: theirs is the hash of the instruction that ``arena ingest`` gives the
-AlpacaEval questions (``alpaca_eval.json``), so the two meet as well.
+AlpacaEval questions (``alpaca_eval.json``), so the two meet as well. ``<think>`` blocks in
+an answer are moved to ``Answer.reasoning`` (``engines.reasoning``): never judged as the answer.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..engines.reasoning import split_answer_reasoning
 from ..errors import ArenaError
 from ..readers import alpaca_turn, bad_bytes, iter_rows, turns_hash
 from ..records import Answer
@@ -105,7 +107,8 @@ def read_answers(paths: list[Path], model: str | None = None) -> ImportReport:
                 report.skipped.append(f"{where}: a record must be a JSON object")
                 continue
             try:
-                report.answers.append(answer_from_record(rec, where, model))
+                # A reasoning model's <think> blocks are not its answer: the judge must not see them.
+                report.answers.append(split_answer_reasoning(answer_from_record(rec, where, model)))
             except (ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
                 report.skipped.append(str(err) if str(err).startswith(where) else f"{where}: {err}")
     return report

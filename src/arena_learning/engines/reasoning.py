@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from ..records import Answer
 from .base import Completion
 
 _BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -56,3 +57,13 @@ def split_reasoning(comp: Completion) -> Completion:
     if not tokens and comp.tokens_out:
         tokens = round(comp.tokens_out * len(reasoning) / max(1, len(reasoning) + len(answer)))
     return comp.model_copy(update={"text": answer, "reasoning": reasoning, "reasoning_tokens": tokens})
+
+
+def split_answer_reasoning(answer: Answer) -> Answer:
+    """Return ``answer`` with ``<think>`` blocks moved from its turns to its reasoning (imported answer files)."""
+    pairs = [split_think(t) for t in answer.turns]
+    if not any(thought for _, thought in pairs):
+        return answer
+    old = answer.reasoning or [""] * len(pairs)
+    reasoning = ["\n\n".join(r for r in (before, thought) if r) for before, (_, thought) in zip(old, pairs)]
+    return answer.model_copy(update={"turns": [text for text, _ in pairs], "reasoning": reasoning})
