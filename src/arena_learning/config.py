@@ -300,6 +300,9 @@ class JudgeConfig(Section):
         description="how a pair's games make battles: mean of scores over both orders; both (each game a battle); "
         "consistent (a tie unless both orders name the same winner)",
     )
+    strong_weight: int = Field(
+        3, ge=1, description="combine: both, label judges (arena-hard): battles a game with a strong verdict "
+        "([[A>>B]], [[B>>A]]) counts as; arena-hard-auto uses 3")
     structured: bool = Field(True, description="constrain the judge's output to the judge's JSON schema")
     sampling: dict[str, Any] = Field(default_factory=dict, description="overrides of the judge folder's sampling")
     retries: int = Field(2, ge=0, description="re-asks of a verdict that does not parse")

@@ -68,6 +68,8 @@ class Judgment(Record):
     score_a: float | None = None
     score_b: float | None = None
     verdict: Outcome | None = None
+    labels: list[str] = Field(default_factory=list, description="a label judge's verdict per turn, e.g. A>>B "
+                              "(arena-hard), in the order shown; scores_a/scores_b then hold each label's strength")
     explanation: str = ""
     raw: str = ""
     status: Literal["ok", "failed"] = "ok"
@@ -87,6 +89,8 @@ class Battle(Record):
     score_gap: float = 0.0
     judge: str = ""
     games: int = 1
+    weight: int = Field(1, ge=1, description="battles this one counts as: arena-hard counts a game with a strong "
+                        "verdict ([[A>>B]]) as three")
 
 
 class Rating(Record):

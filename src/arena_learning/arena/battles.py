@@ -40,7 +40,13 @@ def _winner(j: Judgment) -> str | None:
     return j.model_a if j.verdict == "model_a" else j.model_b if j.verdict == "model_b" else None
 
 
-def combine_games(judgments: Sequence[Judgment], tie_threshold: float = 0.0, mode: str = "mean") -> list[Battle]:
+def _strong(j: Judgment) -> bool:
+    """Return whether a label judge's game says one side is significantly better on every turn ([[A>>B]])."""
+    return bool(j.labels) and all(">>" in label for label in j.labels) and len({*j.labels}) == 1
+
+
+def combine_games(judgments: Sequence[Judgment], tie_threshold: float = 0.0, mode: str = "mean",
+                  strong_weight: int = 1) -> list[Battle]:
     """Return the battles of the judgments' games; failed games are left out.
 
     ``mode`` says how the games of one (prompt, pair, judge) combine:
@@ -48,6 +54,10 @@ def combine_games(judgments: Sequence[Judgment], tie_threshold: float = 0.0, mod
     whichever position it was shown in; ``both``: every game is a battle of its
     own (the bootstrap should then resample prompts); ``consistent``: one
     battle, a tie unless every game names the same winner.
+
+    ``strong_weight``: in ``both`` mode, a label judge's game with a strong verdict
+    (``[[A>>B]]``, ``[[B>>A]]``) is a battle of that weight, as arena-hard-auto's
+    show_result.py counts it (3 there: the verdict repeated three times).
     """
     groups: dict[tuple[str, str, str, str], list[Judgment]] = defaultdict(list)
     for j in judgments:
@@ -61,7 +71,8 @@ def combine_games(judgments: Sequence[Judgment], tie_threshold: float = 0.0, mod
             for g in games:
                 battles.append(Battle(prompt_id=pid, model_a=g.model_a, model_b=g.model_b, outcome=g.verdict or "tie",
                                       score_a=g.score_a, score_b=g.score_b,
-                                      score_gap=abs(g.score_a - g.score_b), judge=judge, games=1))  # type: ignore[operator]
+                                      score_gap=abs(g.score_a - g.score_b), judge=judge, games=1,  # type: ignore[operator]
+                                      weight=strong_weight if _strong(g) else 1))
             continue
         # Keep the order of the first game, so a one-game battle reads as its judgment.
         a, b = games[0].model_a, games[0].model_b

@@ -55,7 +55,7 @@ class JudgeSpec(BaseModel):
     reference: bool = False
     system: str
     template: str
-    parser: Literal["pair", "single"]
+    parser: Literal["pair", "single", "label"]
     schema_: dict[str, Any] | None = None
     sampling: dict[str, Any] = {}
 
@@ -278,8 +278,9 @@ class LLMJudge:
         scores_b = [it.value.scores[1] for it in row_b] if pair else [it.value.scores[0] for it in row_b]
         mean_a, mean_b = sum(scores_a) / len(scores_a), sum(scores_b) / len(scores_b)
         explanation = "\n---\n".join(it.value.explanation for it in items)
+        labels = [it.value.label for it in row_a if it.value.label is not None] if pair else []
         return Judgment(prompt_id=pid, model_a=model_a, model_b=model_b, judge=self.name, scores_a=scores_a,
-                        scores_b=scores_b, score_a=mean_a, score_b=mean_b,
+                        scores_b=scores_b, score_a=mean_a, score_b=mean_b, labels=labels,
                         verdict=verdict(mean_a, mean_b, self.cfg.tie_threshold), explanation=explanation,
                         raw=raw, flags=flags, truncated=truncated)
 

@@ -177,11 +177,21 @@ def import_answers(
 def leaderboard(
     workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
     json_out: Annotated[bool, typer.Option("--json", help="print the ratings as JSON")] = False,
+    by: Annotated[str | None, typer.Option("--by", help="one board per category, cluster or subset of the prompts "
+                                           "(subset: the test set's diverse/hard halves, else the ingest source)")] = None,
     csv: Annotated[Path | None, typer.Option("--csv", help="also write the ratings to this CSV file")] = None,
     style_control: Annotated[bool, typer.Option(
         "--style-control", help="also fit ratings controlled for answer length, headers, lists and bold")] = False,
+    baseline: Annotated[str | None, typer.Option(
+        help="arena-hard's headline instead: each model's win rate against this model, bootstrap 95% CI")] = None,
+    judge: Annotated[str | None, typer.Option(help="with --baseline: whose battles (default: the run's judge)")] = None,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
+    if baseline is not None:
+        from .peers import baseline_board
+
+        baseline_board(workspace, baseline, json_out, judge)
+        return
     if not (workspace / "arena.db").is_file():
         raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
     if style_control:
@@ -190,9 +200,6 @@ def leaderboard(
     ratings = pipeline.workspace_board(workspace)
     if csv is not None:
         from ..rating.export import write_leaderboard_csv
-    by: Annotated[str | None, typer.Option("--by", help="one board per category, cluster or subset of the prompts "
-                                           "(subset: the test set's diverse/hard halves, else the ingest source)")] = None,
-
         write_leaderboard_csv(ratings, csv)
     _emit_board(ratings, json_out)
 
@@ -464,6 +471,7 @@ def _register_extensions() -> None:
     audit_commands.register(app)
     from .view import register as register_view; register_view(app)  # noqa: E702
     from .flywheel import register as register_flywheel; register_flywheel(app)  # noqa: E702
+    from .peers import register as register_peers; register_peers(app)  # noqa: E702
 
 
 _register_extensions()

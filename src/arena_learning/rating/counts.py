@@ -69,15 +69,19 @@ class BattleTable:
 
     @classmethod
     def from_battles(cls, battles: Sequence[Battle]) -> BattleTable:
-        """Return the table of ``battles`` (models numbered in order of first appearance)."""
+        """Return the table of ``battles`` (models numbered in order of first appearance).
+
+        A battle of weight w (arena-hard's strong verdicts) is w rows, as arena-hard-auto repeats it.
+        """
         if len(battles) == 0:
             raise ArenaError("no battles to rate: run the arena first (or check the battle filters)")
         names_a, names_b, outcomes, prompts = [], [], [], []
         for b in battles:
-            names_a.append(b.model_a)
-            names_b.append(b.model_b)
-            outcomes.append(OUTCOME_CODES[b.outcome])
-            prompts.append(b.prompt_id)
+            for _ in range(b.weight):
+                names_a.append(b.model_a)
+                names_b.append(b.model_b)
+                outcomes.append(OUTCOME_CODES[b.outcome])
+                prompts.append(b.prompt_id)
         return cls.from_arrays(names_a, names_b, np.asarray(outcomes, dtype=np.int8), prompts)
 
     @classmethod

@@ -168,6 +168,9 @@ def style_control(
             f"style features have {np.asarray(features_a).shape[0]} rows for {len(battles)} battles: give one row per battle"
         )
     table = BattleTable.from_battles(battles)
+    weight = np.array([b.weight for b in battles])  # a battle of weight w is w rows of the table
+    if (weight != 1).any():
+        features_a, features_b = np.repeat(features_a, weight, axis=0), np.repeat(features_b, weight, axis=0)
     return rate_style(table, features_a, features_b, feature_names=feature_names, **options)
 
 

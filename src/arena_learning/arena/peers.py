@@ -1,0 +1,368 @@
+"""Judgments in and out: arena-hard-auto's and FastChat's (MT-Bench) judgment files as Judgment records.
+
+Published verdicts come in three layouts; each reads into our games and makes battles by its
+own tool's rules, so they can be re-rated, audited and set beside another judge's:
+
+- ``arena-hard`` (arena-hard-auto ``data/<bench>/model_judgment/<judge>/<model>.jsonl``):
+  ``{"uid" | "question_id", "model", "judge", "games": [{"user_prompt", "judgment", "score"}, x2]}``.
+  The baseline is not in the file (it is the judge config's ``baseline_model``; v0.1: gpt-4-0314).
+  gen_judgment.py shows the baseline as assistant A in game 1 and swaps the order in game 2;
+  ``score`` is the label (``A>>B`` ... ``B>>A``, or the mirrored ``A<B`` / ``B=A`` spellings). As
+  show_result.py (``load_judgments``): a record with a null score in either game is left out,
+  and each game is a battle, a strong label counting ``strong_weight`` (3) times.
+- ``fastchat-pair`` (FastChat ``llm_judge`` ``<judge>_pair.jsonl``): ``{"question_id", "model_1",
+  "model_2", "g1_winner", "g2_winner", "judge": [model, prompt], "g1_judgment", "g2_judgment",
+  "turn", "tstamp"}``; game 1 shows model_1 as A, game 2 model_2; winners are named
+  ``model_1``/``model_2``/``tie``/``error`` (gen_judgment.py ``play_a_match_pair``). As
+  show_result.py ``display_result_pairwise``: a record with an ``error`` game is left out, and
+  it is one battle, a tie unless both games name the same winner (our ``consistent`` combine).
+- ``fastchat-single`` (``<judge>_single.jsonl``): ``{"question_id", "model", "judge", "user_prompt",
+  "judgment", "score", "turn", "tstamp"}``, score 1-10, -1 an error (left out, as show_result.py
+  does). Each pair of models graded on the same question and turn is one game, the higher score
+  winning and equal scores a tie (how MT-Bench turns single grades into pairwise votes).
+
+FastChat judges each turn separately; a turn after the first becomes its own prompt id,
+``<question_id>#turn<N>``, so both turns' battles live side by side as show_result.py counts them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from ..errors import ArenaError
+from ..readers import bad_bytes, iter_rows
+from ..records import Battle, Judgment
+from .battles import combine_games
+from .judges import verdict
+from .parse import label_scores, normalize_label
+
+FORMATS = ("arena-hard", "fastchat-pair", "fastchat-single")
+COMBINE = {"arena-hard": "both", "fastchat-pair": "consistent", "fastchat-single": "mean"}
+"""How each peer makes battles of its games (see combine_games)."""
+ARENA_HARD_BASELINE = "gpt-4-0314"  # arena-hard-v0.1's baseline_model (config/judge_config.yaml)
+
+
+@dataclass
+class JudgmentImport:
+    """What a judgment file held: the games, what was skipped (``file:line: reason``), the format."""
+
+    judgments: list[Judgment] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    formats: set[str] = field(default_factory=set)
+
+    @property
+    def judges(self) -> list[str]:
+        return sorted({j.judge for j in self.judgments})
+
+
+# ---- ids ----------------------------------------------------------------------------------------
+
+
+def turn_prompt_id(question_id: Any, turn: int) -> str:
+    """Return our prompt id of FastChat's (question_id, turn): the question id itself for turn 1."""
+    return str(question_id) if turn == 1 else f"{question_id}#turn{turn}"
+
+
+def split_turn(prompt_id: str) -> tuple[str, int]:
+    """Return (question id, turn) of a prompt id made by :func:`turn_prompt_id`."""
+    base, sep, turn = prompt_id.rpartition("#turn")
+    if sep and turn.isdigit() and int(turn) > 1:
+        return base, int(turn)
+    return prompt_id, 1
+
+
+def judge_name(value: Any) -> str:
+    """Return a judge's name from FastChat's ``[model, prompt name]`` pair or a plain string."""
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        return value[0]
+    if isinstance(value, str) and value:
+        return value
+    raise ValueError(f"judge is {value!r}: expected a name or FastChat's [model, prompt] pair")
+
+
+def detect_format(rec: dict[str, Any]) -> str:
+    """Return the layout of one judgment record; ValueError names what it lacks."""
+    if "games" in rec:
+        return "arena-hard"
+    if "g1_winner" in rec:
+        return "fastchat-pair"
+    if "score" in rec and "model" in rec:
+        return "fastchat-single"
+    raise ValueError("not a judgment record (expected arena-hard 'games', FastChat 'g1_winner', or "
+                     "FastChat single 'model' and 'score')")
+
+
+# ---- import -------------------------------------------------------------------------------------
+
+
+def _game(pid: str, first: str, second: str, judge: str, outcome: str | None, raw: str, error: str = "",
+          label: str | None = None) -> Judgment:
+    """Return one game: ``outcome`` model_a/model_b/tie (scores 1/0, 0.5 each), a label's strengths, or failed."""
+    if outcome is None:
+        return Judgment(prompt_id=pid, model_a=first, model_b=second, judge=judge, raw=raw, status="failed",
+                        explanation=error)
+    if label is not None:
+        sa, sb = label_scores(label)
+    else:
+        sa, sb = {"model_a": (1.0, 0.0), "model_b": (0.0, 1.0), "tie": (0.5, 0.5)}[outcome]
+    return Judgment(prompt_id=pid, model_a=first, model_b=second, judge=judge, scores_a=[sa], scores_b=[sb],
+                    score_a=sa, score_b=sb, verdict=outcome, labels=[label] if label else [], raw=raw)  # type: ignore[arg-type]
+
+
+def _arena_hard(rec: dict[str, Any], baseline: str, judge: str | None) -> list[Judgment]:
+    qid = rec.get("uid", rec.get("question_id"))
+    model, games = rec.get("model"), rec.get("games")
+    if qid is None or not isinstance(model, str) or not model:
+        raise ValueError("arena-hard judgment needs 'uid' (or 'question_id') and 'model'")
+    if not isinstance(games, list) or len(games) != 2 or not all(isinstance(g, dict) or g is None for g in games):
+        raise ValueError("arena-hard judgment needs 'games': a list of the two games (baseline first as A, "
+                         "then swapped)")
+    if model == baseline:
+        raise ValueError(f"the model is the baseline {baseline!r} itself (give the right --baseline)")
+    name = judge or judge_name(rec.get("judge"))
+    out = []
+    for n, game in enumerate(games):
+        first, second = (baseline, model) if n == 0 else (model, baseline)
+        raw = str((game or {}).get("judgment") or "")
+        score = (game or {}).get("score")
+        label = normalize_label(score) if isinstance(score, str) else None
+        if label is None:
+            why = "no verdict label (arena-hard recorded a null score)" if score is None else \
+                f"unknown verdict label {score!r}"
+            out.append(_game(str(qid), first, second, name, None, raw, why))
+            continue
+        sa, sb = label_scores(label)
+        out.append(_game(str(qid), first, second, name, verdict(sa, sb), raw, label=label))
+    return out
+
+
+_FASTCHAT_WINNER = {"model_1": 0, "model_2": 1}
+
+
+def _fastchat_pair(rec: dict[str, Any], judge: str | None) -> list[Judgment]:
+    qid, m1, m2 = rec.get("question_id"), rec.get("model_1"), rec.get("model_2")
+    if qid is None or not isinstance(m1, str) or not isinstance(m2, str) or not m1 or not m2 or m1 == m2:
+        raise ValueError("FastChat pairwise judgment needs 'question_id' and two different 'model_1', 'model_2'")
+    turn = int(rec.get("turn", 1))
+    pid, name = turn_prompt_id(qid, turn), judge or judge_name(rec.get("judge"))
+    out = []
+    for n, (first, second) in enumerate(((m1, m2), (m2, m1)), start=1):
+        winner, raw = rec.get(f"g{n}_winner"), str(rec.get(f"g{n}_judgment") or "")
+        if winner == "tie":
+            outcome: str | None = "tie"
+        elif winner in _FASTCHAT_WINNER:  # named as model_1 / model_2 in both games
+            outcome = "model_a" if (m1, m2)[_FASTCHAT_WINNER[winner]] == first else "model_b"
+        else:
+            outcome = None
+        why = "FastChat recorded an error" if winner == "error" else f"unknown winner {winner!r}"
+        out.append(_game(pid, first, second, name, outcome, raw, "" if outcome else why))
+    return out
+
+
+def _single_games(grades: dict[tuple[str, str], dict[str, tuple[float, str]]]) -> list[Judgment]:
+    """Return one game per pair of models graded on the same (prompt, judge): the higher score wins."""
+    out = []
+    for (pid, judge), by_model in grades.items():
+        for a, b in combinations(sorted(by_model), 2):
+            (sa, ta), (sb, tb) = by_model[a], by_model[b]
+            out.append(Judgment(prompt_id=pid, model_a=a, model_b=b, judge=judge, scores_a=[sa], scores_b=[sb],
+                                score_a=sa, score_b=sb, verdict=verdict(sa, sb), raw=f"{ta}\n---\n{tb}"))
+    return out
+
+
+def read_judgments(paths: Sequence[Path], *, baseline: str = ARENA_HARD_BASELINE, judge: str | None = None,
+                   fmt: str = "auto") -> JudgmentImport:
+    """Return the games in judgment files; bad lines are listed as skipped with file:line and the reason.
+
+    ``fmt`` is one of :data:`FORMATS` or ``auto`` (each record by its keys); ``baseline`` is the
+    arena-hard baseline model; ``judge`` overrides the judge name the records give.
+    """
+    if fmt != "auto" and fmt not in FORMATS:
+        raise ArenaError(f"unknown judgment format {fmt!r}: use auto or one of {', '.join(FORMATS)}")
+    report = JudgmentImport()
+    grades: dict[tuple[str, str], dict[str, tuple[float, str]]] = defaultdict(dict)
+    for path in paths:
+        if not path.is_file():
+            raise ArenaError(f"judgment file not found: {path}")
+        for row in iter_rows(path):
+            where, rec = row.where, row.data
+            if row.kind is not None or bad_bytes(rec) or not isinstance(rec, dict):
+                report.skipped.append(f"{where}: {row.reason or 'not valid UTF-8 or not a JSON object'}")
+                continue
+            try:
+                kind = detect_format(rec) if fmt == "auto" else fmt
+                if kind == "arena-hard":
+                    report.judgments.extend(_arena_hard(rec, baseline, judge))
+                elif kind == "fastchat-pair":
+                    report.judgments.extend(_fastchat_pair(rec, judge))
+                else:
+                    qid, model, score = rec.get("question_id"), rec.get("model"), rec.get("score")
+                    if qid is None or not isinstance(model, str) or not model:
+                        raise ValueError("FastChat single judgment needs 'question_id' and 'model'")
+                    if isinstance(score, bool) or not isinstance(score, (int, float)):
+                        raise ValueError(f"score {score!r} is not a number")
+                    if score == -1:  # FastChat's mark of a failed grading; show_result.py drops it
+                        report.skipped.append(f"{where}: score -1 (FastChat's failed grading) left out")
+                        continue
+                    key = (turn_prompt_id(qid, int(rec.get("turn", 1))), judge or judge_name(rec.get("judge")))
+                    grades[key][model] = (float(score), str(rec.get("judgment") or ""))
+                report.formats.add(kind)
+            except (ValueError, TypeError, KeyError) as err:
+                report.skipped.append(f"{where}: {err}")
+    report.judgments.extend(_single_games(grades))
+    return report
+
+
+def _by_pair(judgments: Iterable[Judgment]) -> dict[tuple[str, str, str, str], list[Judgment]]:
+    """Return the games grouped by (prompt, unordered pair, judge), in their order."""
+    groups: dict[tuple[str, str, str, str], list[Judgment]] = defaultdict(list)
+    for j in judgments:
+        first, second = sorted((j.model_a, j.model_b))
+        groups[(j.prompt_id, first, second, j.judge)].append(j)
+    return groups
+
+
+def peer_battles(judgments: Iterable[Judgment], fmt: str, strong_weight: int = 3) -> list[Battle]:
+    """Return the battles of imported games by their tool's rules: a pair with a failed game is left out."""
+    groups = _by_pair(judgments)
+    complete = [j for games in groups.values() if all(g.status == "ok" for g in games) for j in games]
+    return combine_games(complete, 0.0, mode=COMBINE[fmt], strong_weight=strong_weight)
+
+
+# ---- export -------------------------------------------------------------------------------------
+
+
+def _label(j: Judgment) -> str | None:
+    """Return a game's label: the judge's own (one turn), else its verdict as a slight preference or tie."""
+    if j.status != "ok" or j.verdict is None:
+        return None
+    if len(j.labels) == 1:
+        return j.labels[0]
+    return {"model_a": "A>B", "model_b": "B>A", "tie": "A=B"}[j.verdict]
+
+
+def _pairs(judgments: Iterable[Judgment]) -> tuple[list[tuple[Judgment, Judgment]], int]:
+    """Return the (first game, swapped game) of each (prompt, pair, judge), and how many had no second game."""
+    out, lonely = [], 0
+    for games in _by_pair(judgments).values():
+        swapped = [g for g in games[1:] if g.model_a == games[0].model_b]
+        if not swapped:
+            lonely += 1
+            continue
+        out.append((games[0], swapped[0]))
+    return out, lonely
+
+
+@dataclass
+class ExportReport:
+    files: list[Path] = field(default_factory=list)
+    records: int = 0
+    left_out: int = 0  # pairs without their game in the other order (both peers need two games)
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def write_arena_hard(judgments: Sequence[Judgment], baseline: str, out_dir: Path,
+                     categories: dict[str, str] | None = None) -> ExportReport:
+    """Write arena-hard ``model_judgment`` files, ``out_dir/<model>.jsonl``: the games against ``baseline``."""
+    report = ExportReport()
+    pairs, report.left_out = _pairs(j for j in judgments if baseline in (j.model_a, j.model_b))
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for g1, g2 in pairs:
+        if g1.model_a != baseline:  # game 1 shows the baseline as A
+            g1, g2 = g2, g1
+        model = g1.model_b
+        row: dict[str, Any] = {"uid": g1.prompt_id, "model": model, "judge": g1.judge}
+        if categories and g1.prompt_id in categories:
+            row["category"] = categories[g1.prompt_id]
+        row["games"] = [{"user_prompt": "", "judgment": g.raw, "score": _label(g)} for g in (g1, g2)]
+        rows[model].append(row)
+    if not rows:
+        raise ArenaError(f"no games against the baseline {baseline!r} in both orders: nothing to write "
+                         "(give the baseline the games were played against with --baseline)")
+    for model, model_rows in sorted(rows.items()):
+        path = out_dir / f"{model.replace('/', '__')}.jsonl"
+        _write_jsonl(path, model_rows)
+        report.files.append(path)
+        report.records += len(model_rows)
+    return report
+
+
+_G_WINNER = {"model_a": 0, "model_b": 1}
+
+
+def write_fastchat_pair(judgments: Sequence[Judgment], path: Path, prompt_name: str = "pair-v2") -> ExportReport:
+    """Write FastChat's pairwise judgment JSONL: one record per (prompt, pair, judge) played in both orders."""
+    report = ExportReport()
+    pairs, report.left_out = _pairs(judgments)
+    rows = []
+    for g1, g2 in pairs:
+        m1, m2 = g1.model_a, g1.model_b
+        qid, turn = split_turn(g1.prompt_id)
+
+        def winner(g: Judgment) -> str:
+            if g.status != "ok" or g.verdict is None:
+                return "error"
+            if g.verdict == "tie":
+                return "tie"
+            return "model_1" if (g.model_a, g.model_b)[_G_WINNER[g.verdict]] == m1 else "model_2"
+
+        rows.append({"question_id": _qid(qid), "model_1": m1, "model_2": m2, "g1_winner": winner(g1),
+                     "g2_winner": winner(g2), "judge": [g1.judge, prompt_name if turn == 1 else f"{prompt_name}-multi-turn"],
+                     "g1_user_prompt": "", "g1_judgment": g1.raw, "g2_user_prompt": "", "g2_judgment": g2.raw,
+                     "turn": turn, "tstamp": time.time()})
+    _finish(rows, path, report)
+    return report
+
+
+def write_fastchat_single(judgments: Sequence[Judgment], path: Path, prompt_name: str = "single-v1") -> ExportReport:
+    """Write FastChat's single judgment JSONL: each (question, model, turn) grade once, from single-grade games."""
+    report = ExportReport()
+    rows: dict[tuple[str, str, int, str], dict[str, Any]] = {}
+    for j in judgments:
+        if j.status != "ok":
+            continue
+        qid, turn0 = split_turn(j.prompt_id)
+        texts = j.raw.split("\n---\n")
+        n = len(j.scores_a) + len(j.scores_b)
+        for side, (model, scores) in enumerate(((j.model_a, j.scores_a), (j.model_b, j.scores_b))):
+            for k, score in enumerate(scores):
+                text = texts[side * len(j.scores_a) + k] if len(texts) == n else ""
+                turn = turn0 + k
+                rows.setdefault((qid, model, turn, j.judge), {
+                    "question_id": _qid(qid), "model": model,
+                    "judge": [j.judge, prompt_name if turn == 1 else f"{prompt_name}-multi-turn"],
+                    "user_prompt": "", "judgment": text, "score": score, "turn": turn, "tstamp": time.time()})
+    _finish(list(rows.values()), path, report)
+    return report
+
+
+def _qid(qid: str) -> int | str:
+    """Return FastChat's question id: MT-Bench's are integers."""
+    return int(qid) if qid.isdigit() else qid
+
+
+def _finish(rows: list[dict[str, Any]], path: Path, report: ExportReport) -> None:
+    if not rows:
+        raise ArenaError(f"no judgments to write to {path}: the judge has no games in this format "
+                         "(pairwise formats need each pair played in both orders)")
+    _write_jsonl(path, rows)
+    report.files.append(path)
+    report.records = len(rows)
+
+
+__all__ = ["ARENA_HARD_BASELINE", "COMBINE", "FORMATS", "JudgmentImport", "detect_format",
+           "judge_name", "peer_battles", "read_judgments", "split_turn", "turn_prompt_id", "write_arena_hard",
+           "write_fastchat_pair", "write_fastchat_single"]

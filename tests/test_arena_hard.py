@@ -1,0 +1,186 @@
+"""Arena-hard's judge and headline: the judge folder's prompt on real arena-hard answers, the label
+parser on hand-written verdicts, strong verdicts weighted, and win rates against a baseline with
+bootstrap CIs equal to values computed by hand."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from arena_learning.arena.battles import combine_games
+from arena_learning.arena.imports import answer_from_record
+from arena_learning.arena.llm_judges import LLMJudge, load_judge_spec
+from arena_learning.arena.parse import LABELS, ParseError, parse_label, parse_verdict
+from arena_learning.config import JudgeConfig, ModelSpec
+from arena_learning.errors import ArenaError
+from arena_learning.rating.baseline import baseline_win_rates
+from arena_learning.rating.counts import BattleTable
+from arena_learning.records import Battle, Judgment, Prompt
+
+from .conftest import shared
+
+JUDGE_MODEL = ModelSpec(name="j", engine="openai", model="j", base_url="http://127.0.0.1:9/v1")
+
+
+def first_records(path, n):
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(next(f)) for _ in range(n)]
+
+
+def test_arena_hard_judge_folder_prompts_real_arena_hard_answers_in_both_orders():
+    root = shared("arena-hard-v0.1")
+    question = first_records(root / "question.jsonl", 1)[0]
+    answers = {}
+    for model in ("gpt-4-0314", "gpt-3.5-turbo-0125"):
+        recs = [json.loads(line) for line in (root / "model_answer" / f"{model}.jsonl").open(encoding="utf-8")]
+        rec = next(r for r in recs if r["uid"] == question["uid"])
+        answers[model] = answer_from_record(rec, model)
+    spec = load_judge_spec("arena-hard")
+    assert (spec.id, spec.mode, spec.parser, spec.schema_) == ("arena-hard-v1", "pairwise", "label", None)
+    assert spec.sampling == {"temperature": 0.0, "max_tokens": 4096}
+    # arena-hard's system prompt: the judge answers first, then one of the five labels.
+    assert "Begin your evaluation by generating your own answer to the prompt" in spec.system
+    for label in LABELS:
+        assert f"[[{label}]]" in spec.system
+    judge = LLMJudge(JudgeConfig(kind="llm", name="ah", template="arena-hard", model=JUDGE_MODEL))
+    prompt = Prompt(id=question["uid"], turns=[question["prompt"]])
+    base, other = answers["gpt-4-0314"], answers["gpt-3.5-turbo-0125"]
+    game1 = judge.pair_messages(prompt, base, other, 0)
+    game2 = judge.pair_messages(prompt, other, base, 0)
+    assert game1[0] == {"role": "system", "content": spec.system}
+    user1, user2 = game1[1]["content"], game2[1]["content"]
+    assert user1.startswith("<|User Prompt|>\n<<<USER REQUEST ") and question["prompt"][:60] in user1
+    # Game 1 shows the baseline as A; game 2 swaps (gen_judgment.py).
+    a1 = user1.index("<|The Start of Assistant A's Answer|>")
+    b1 = user1.index("<|The Start of Assistant B's Answer|>")
+    assert base.turns[0][:80] in user1[a1:b1] and other.turns[0][:80] in user1[b1:]
+    b2 = user2.index("<|The Start of Assistant B's Answer|>")
+    assert other.turns[0][:80] in user2[:b2] and base.turns[0][:80] in user2[b2:]
+    assert "<|The End of Assistant B's Answer|>" in user1
+
+
+@pytest.mark.parametrize("text,label,scores", [
+    ("My own answer: ... Both are fine.\n\nMy final verdict is tie: [[A=B]]", "A=B", (0.0, 0.0)),
+    ("Assistant A is correct, B is wrong.\nMy final verdict is: Assistant A is significantly better: [[A>>B]]",
+     "A>>B", (2.0, 0.0)),
+    ("A slightly better. [[A>B]]", "A>B", (1.0, 0.0)),
+    ("My final verdict is Assistant B is slightly better: [[B>A]]", "B>A", (0.0, 1.0)),
+    ("[[B>>A]]", "B>>A", (0.0, 2.0)),
+    # arena-hard's show_result.py also scores the mirrored spellings.
+    ("final: [[A<B]]", "B>A", (0.0, 1.0)),
+    ("final: [[B<<A]]", "A>>B", (2.0, 0.0)),
+    ("final: [[B=A]]", "A=B", (0.0, 0.0)),
+    # The same label twice is one verdict (arena-hard's get_score takes the set of matches).
+    ("Leaning [[A>B]] ... so my final verdict is [[A>B]]", "A>B", (1.0, 0.0)),
+])
+def test_each_arena_hard_label_parses(text, label, scores):
+    parsed = parse_verdict(text, "label")
+    assert (parsed.label, parsed.scores, parsed.method) == (label, scores, "label")
+    assert parsed.explanation == text.strip()
+
+
+@pytest.mark.parametrize("text,error", [
+    ("Assistant A is better.", "no verdict label"),
+    ("My verdict: A>>B", "no verdict label"),
+    ("[[A>B]] at first, but on reflection [[B>A]]", "conflicting verdict labels"),
+    ("[[A>>>B]]", "unknown verdict label"),
+    ("[[AB]]", "unknown verdict label"),
+    ('{"score_a": 8, "score_b": 2}', "no verdict label"),
+    ("[[ A>B ]]", "no verdict label"),
+])
+def test_malformed_arena_hard_verdicts_are_parse_errors(text, error):
+    with pytest.raises(ParseError, match=error):
+        parse_label(text)
+
+
+def labelled(first, second, label, pid="p", judge="ah", status="ok"):
+    if status != "ok":
+        return Judgment(prompt_id=pid, model_a=first, model_b=second, judge=judge, status="failed")
+    sa, sb = parse_label(f"[[{label}]]").scores
+    v = "model_a" if sa > sb else "model_b" if sb > sa else "tie"
+    return Judgment(prompt_id=pid, model_a=first, model_b=second, judge=judge, scores_a=[sa], scores_b=[sb],
+                    score_a=sa, score_b=sb, verdict=v, labels=[label])
+
+
+def test_strong_verdicts_count_as_strong_weight_battles():
+    games = [labelled("base", "m", "B>>A"), labelled("m", "base", "A>B"),
+             labelled("base", "m", "A=B", pid="q"), labelled("m", "base", "B>>A", pid="q")]
+    battles = sorted(combine_games(games, mode="both", strong_weight=3), key=lambda b: (b.prompt_id, b.model_a))
+    assert [(b.prompt_id, b.model_a, b.outcome, b.weight) for b in battles] == [
+        ("p", "base", "model_b", 3), ("p", "m", "model_a", 1), ("q", "base", "tie", 1), ("q", "m", "model_b", 3)]
+    # The mean of the games gives one battle each; a weight belongs to single games only.
+    assert all(b.weight == 1 for b in combine_games(games, mode="mean", strong_weight=3))
+    # Bradley-Terry counts a battle of weight 3 as three rows, as arena-hard-auto repeats it.
+    table = BattleTable.from_battles(battles)
+    assert table.n_battles == 8 and table.n_prompts == 2
+
+
+def battle(pid, a, b, outcome, weight=1):
+    return Battle(prompt_id=pid, model_a=a, model_b=b, outcome=outcome, weight=weight)
+
+
+def test_baseline_win_rates_equal_hand_computed_values():
+    battles = [
+        # m1 against base: p1 m1 wins (shown second, weight 3) and ties; p2 loses; p3 wins.
+        battle("p1", "base", "m1", "model_b", 3), battle("p1", "m1", "base", "tie"),
+        battle("p2", "base", "m1", "model_a"), battle("p2", "m1", "base", "model_b"),
+        battle("p3", "m1", "base", "model_a"), battle("p3", "base", "m1", "model_b"),
+        # m2 against base: two ties and a strong loss.
+        battle("p1", "m2", "base", "tie"), battle("p2", "base", "m2", "tie"), battle("p3", "m2", "base", "model_b", 3),
+        # Battles without the baseline do not count.
+        battle("p1", "m1", "m2", "model_b"),
+    ]
+    rows = {r.model: r for r in baseline_win_rates(battles, "base", bootstrap=0)}
+    # m1: points 3*1 + 0.5 + 0 + 0 + 1 + 1 = 5.5 over weights 3+1+1+1+1+1 = 8.
+    assert rows["m1"].win_rate == pytest.approx(5.5 / 8, abs=1e-12)
+    assert (rows["m1"].wins, rows["m1"].ties, rows["m1"].losses, rows["m1"].prompts) == (5, 1, 2, 3)
+    # m2: 0.5 + 0.5 + 0 over 1 + 1 + 3.
+    assert rows["m2"].win_rate == pytest.approx(1.0 / 5, abs=1e-12)
+    assert rows["base"].win_rate == 0.5 and rows["m1"].ci_low is None
+    ordered = [r.model for r in baseline_win_rates(battles, "base", bootstrap=0)]
+    assert ordered == ["m1", "m2", "base"]
+
+
+def test_baseline_ci_resamples_prompts_and_equals_the_hand_computed_interval():
+    # Two prompts: m's win rate is 1 on p1 (two wins) and 0.25 on p2 (a tie and a loss, 0.5 / 2).
+    battles = [battle("p1", "base", "m", "model_b"), battle("p1", "m", "base", "model_a"),
+               battle("p2", "base", "m", "tie"), battle("p2", "m", "base", "model_b")]
+    (row, base) = baseline_win_rates(battles, "base", bootstrap=2000, seed=7)
+    assert row.win_rate == pytest.approx(1.25 / 2)
+    # Drawing two prompts gives {p1, p1} (1/4), {p1, p2} (1/2) or {p2, p2} (1/4): rates 1, 0.625, 0.25.
+    # The 2.5% and 97.5% points of that distribution are its ends.
+    assert (row.ci_low, row.ci_high) == (0.25, 1.0)
+    assert (base.model, base.win_rate, base.ci_low, base.ci_high) == ("base", 0.5, 0.5, 0.5)
+    # Every prompt alike: every resample gives the same rate, so the interval is the point.
+    same = [battle(f"p{i}", "m", "base", o) for i in range(5) for o in ("model_a", "tie")]
+    (row, _) = baseline_win_rates(same, "base", bootstrap=200, seed=1)
+    assert row.win_rate == row.ci_low == row.ci_high == 0.75
+
+
+def test_baseline_ci_is_seeded_and_matches_a_plain_loop_over_prompt_draws():
+    rng = np.random.default_rng(3)
+    outcomes = ["model_a", "model_b", "tie"]
+    # Prompt ids sort as their numbers (p00..p29): the bootstrap draws prompts in sorted order.
+    battles = [battle(f"p{i:02d}", *(("m", "base") if k % 2 else ("base", "m")), outcomes[rng.integers(3)],
+                      weight=int(rng.choice([1, 3]))) for i in range(30) for k in range(2)]
+    first = baseline_win_rates(battles, "base", bootstrap=300, seed=11)
+    assert first == baseline_win_rates(battles, "base", bootstrap=300, seed=11)
+    # The same draws, recomputed battle by battle: each round's rate over the drawn prompts.
+    draws = np.random.default_rng(11).multinomial(30, np.full(30, 1 / 30), size=300)
+    point = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5}
+    rates = []
+    for counts in draws:
+        num = den = 0.0
+        for b in battles:
+            n = counts[int(b.prompt_id[1:])] * b.weight
+            num += n * (point[b.outcome] if b.model_a == "m" else 1 - point[b.outcome])
+            den += n
+        rates.append(num / den)
+    assert (first[0].ci_low, first[0].ci_high) == pytest.approx(tuple(np.percentile(rates, [2.5, 97.5])), abs=1e-12)
+
+
+def test_unknown_baseline_is_a_clear_error():
+    with pytest.raises(ArenaError, match=r"baseline 'gpt-4' has no battles here.*base, m"):
+        baseline_win_rates([battle("p", "m", "base", "tie")], "gpt-4")
