@@ -140,14 +140,14 @@ def test_baseline_win_rates_equal_hand_computed_values():
     assert rows["m2"].win_rate == pytest.approx(1.0 / 5, abs=1e-12)
     assert rows["base"].win_rate == 0.5 and rows["m1"].ci_low is None
     ordered = [r.model for r in baseline_win_rates(battles, "base", bootstrap=0)]
-    assert ordered == ["m1", "m2", "base"]
+    assert ordered == ["m1", "base", "m2"]  # the baseline at 50%, in its place
 
 
 def test_baseline_ci_resamples_prompts_and_equals_the_hand_computed_interval():
     # Two prompts: m's win rate is 1 on p1 (two wins) and 0.25 on p2 (a tie and a loss, 0.5 / 2).
     battles = [battle("p1", "base", "m", "model_b"), battle("p1", "m", "base", "model_a"),
                battle("p2", "base", "m", "tie"), battle("p2", "m", "base", "model_b")]
-    (row, base) = baseline_win_rates(battles, "base", bootstrap=2000, seed=7)
+    (row, base) = baseline_win_rates(battles, "base", bootstrap=2000, seed=7)  # m at 0.625 sorts first
     assert row.win_rate == pytest.approx(1.25 / 2)
     # Drawing two prompts gives {p1, p1} (1/4), {p1, p2} (1/2) or {p2, p2} (1/4): rates 1, 0.625, 0.25.
     # The 2.5% and 97.5% points of that distribution are its ends.
@@ -155,7 +155,7 @@ def test_baseline_ci_resamples_prompts_and_equals_the_hand_computed_interval():
     assert (base.model, base.win_rate, base.ci_low, base.ci_high) == ("base", 0.5, 0.5, 0.5)
     # Every prompt alike: every resample gives the same rate, so the interval is the point.
     same = [battle(f"p{i}", "m", "base", o) for i in range(5) for o in ("model_a", "tie")]
-    (row, _) = baseline_win_rates(same, "base", bootstrap=200, seed=1)
+    (row, _) = baseline_win_rates(same, "base", bootstrap=200, seed=1)  # m at 0.75 sorts first
     assert row.win_rate == row.ci_low == row.ci_high == 0.75
 
 
@@ -178,9 +178,119 @@ def test_baseline_ci_is_seeded_and_matches_a_plain_loop_over_prompt_draws():
             num += n * (point[b.outcome] if b.model_a == "m" else 1 - point[b.outcome])
             den += n
         rates.append(num / den)
-    assert (first[0].ci_low, first[0].ci_high) == pytest.approx(tuple(np.percentile(rates, [2.5, 97.5])), abs=1e-12)
+    (m,) = [r for r in first if r.model == "m"]
+    assert (m.ci_low, m.ci_high) == pytest.approx(tuple(np.percentile(rates, [2.5, 97.5])), abs=1e-12)
 
 
 def test_unknown_baseline_is_a_clear_error():
     with pytest.raises(ArenaError, match=r"baseline 'gpt-4' has no battles here.*base, m"):
         baseline_win_rates([battle("p", "m", "base", "tie")], "gpt-4")
+
+
+# ---- end to end: the judge folder through a real HTTP judge on 127.0.0.1 --------------------------------
+
+
+class LabelJudge:
+    """An OpenAI-like judge endpoint that writes its own answer, then a label chosen by which model's answer
+    it is shown as A and as B (found by the answers' text); the first request about ``unsure`` has no label."""
+
+    def __init__(self, answers, verdicts, unsure):
+        from aiohttp import web
+
+        from .conftest import ThreadServer
+
+        self.answers, self.verdicts, self.unsure = answers, verdicts, unsure
+        self.requests, self.unlabelled = 0, 0
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self.server = ThreadServer(app)
+        self.url = self.server.url
+
+    def shown(self, text, side):
+        start = text.index(f"<|The Start of Assistant {side}'s Answer|>")
+        block = text[start:text.index(f"<|The End of Assistant {side}'s Answer|>")]
+        return next(m for (pid, m), t in self.answers.items() if t[:200] in block and pid in self.pids(text))
+
+    def pids(self, text):
+        return {pid for (pid, _), t in self.answers.items() if t[:200] in text}
+
+    async def handle(self, request):
+        from aiohttp import web
+
+        self.requests += 1
+        body = await request.json()
+        user = body["messages"][-1]["content"]
+        a, b = self.shown(user, "A"), self.shown(user, "B")
+        label = self.verdicts[(a, b)]
+        if self.unsure in self.pids(user) and a == "gpt-3.5-turbo-0125" and self.unlabelled == 0:
+            self.unlabelled += 1
+            text = "My own answer: it depends. Both assistants are reasonable and I cannot decide."
+        else:
+            text = f"My own answer: ...\n\nComparing: ...\n\nMy final verdict is: [[{label}]]"
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text},
+                                               "finish_reason": "stop"}],
+                                  "usage": {"prompt_tokens": 50, "completion_tokens": 20}})
+
+
+def test_arena_hard_judge_end_to_end_through_a_local_http_judge(tmp_path):
+    import subprocess
+
+    import yaml
+
+    from arena_learning.store import Store
+
+    from .conftest import ARENA
+
+    def arena(*args):
+        proc = subprocess.run([*ARENA, *map(str, args)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"arena {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        return proc
+
+    root = shared("arena-hard-v0.1")
+    ws = tmp_path / "ws"
+    arena("ingest", root / "question.jsonl", "--out", ws)
+    arena("import-answers", *sorted((root / "model_answer").glob("*.jsonl")), "-w", ws)
+    with Store(ws) as store:
+        answers = {(a.prompt_id, a.model): a.turns[0] for a in store.get_answers()}
+        # Four prompts whose three answers differ in their first 200 characters (the endpoint tells them apart).
+        chosen = [p for p in store.get_prompts("ingested")
+                  if len({answers.get((p.id, m), "")[:200] for m in ("gpt-4-0314", "gpt-4-0613", "gpt-3.5-turbo-0125")})
+                  == 3][:4]
+        store.put_prompts("small", chosen)
+    pids = [p.id for p in chosen]
+    answers = {k: v for k, v in answers.items() if k[0] in pids}
+    verdicts = {("gpt-4-0314", "gpt-4-0613"): "B>>A", ("gpt-4-0613", "gpt-4-0314"): "A>>B",
+                ("gpt-4-0314", "gpt-3.5-turbo-0125"): "A>B", ("gpt-3.5-turbo-0125", "gpt-4-0314"): "A=B"}
+    judge = LabelJudge(answers, verdicts, unsure=pids[0])
+    try:
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "name": "ah", "prompts": {"set": "small"},
+            "models": [{"name": m, "engine": "imported"} for m in ("gpt-4-0314", "gpt-4-0613", "gpt-3.5-turbo-0125")],
+            "battles": {"schedule": "baseline", "baseline": "gpt-4-0314"},
+            "judge": {"kind": "llm", "name": "ah", "template": "arena-hard", "combine": "both", "retries": 1,
+                      "model": {"name": "judge", "engine": "openai", "model": "judge", "base_url": judge.url}},
+            "ratings": {"bootstrap": 50},
+        }), encoding="utf-8")
+        arena("battle", cfg, "-w", ws)
+        # 4 prompts x 2 contestants x 2 orders, and one re-ask of the verdict without a label.
+        assert judge.requests == 17 and judge.unlabelled == 1
+        with Store(ws, readonly=True) as store:
+            games = store.get_judgments("ah")
+            battles = store.get_battles("ah")
+        assert len(games) == 16 and all(g.status == "ok" and len(g.labels) == 1 for g in games)
+        assert sorted({(g.model_a, g.labels[0]) for g in games}) == sorted(
+            {("gpt-4-0314", "B>>A"), ("gpt-4-0613", "A>>B"), ("gpt-4-0314", "A>B"), ("gpt-3.5-turbo-0125", "A=B")})
+        weights = {(b.model_a, b.model_b): b.weight for b in battles}
+        assert weights[("gpt-4-0314", "gpt-4-0613")] == 3 and weights[("gpt-4-0314", "gpt-3.5-turbo-0125")] == 1
+        head = json.loads(arena("leaderboard", ws, "--baseline", "gpt-4-0314", "--json").stdout)
+        rates = {r["model"]: (r["win_rate"], r["ci_low"], r["ci_high"]) for r in head["rows"]}
+        # gpt-4-0613 wins every game strongly; gpt-3.5 loses one game and ties the other on every prompt.
+        assert rates["gpt-4-0613"] == (1.0, 1.0, 1.0)
+        assert rates["gpt-3.5-turbo-0125"] == (0.25, 0.25, 0.25)
+        assert [r["model"] for r in head["rows"]] == ["gpt-4-0613", "gpt-4-0314", "gpt-3.5-turbo-0125"]
+        arena("export-judgments", ws, "--format", "arena-hard", "--out", tmp_path / "out")
+        out = [json.loads(line) for line in (tmp_path / "out" / "gpt-4-0613.jsonl").read_text().splitlines()]
+        assert len(out) == 4 and all([g["score"] for g in r["games"]] == ["B>>A", "A>>B"] for r in out)
+    finally:
+        judge.server.close()

@@ -6,7 +6,7 @@ weight (a strong verdict counts 3 there), and the win rate is the mean point. Tw
 differ from that script, and say so: the interval resamples *prompts* (every battle of a drawn
 prompt comes along, so the two games of one prompt stay together; arena-hard resamples the
 rows), and it is the 2.5-97.5 percentile interval (a 95% CI; arena-hard-v2.0 prints 5-95). The
-point estimate is the observed win rate, not the bootstrap mean. The baseline is listed at 50%.
+point estimate is the observed win rate, not the bootstrap mean. The baseline is listed at 50%, in its place.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def baseline_win_rates(
     seed: int = 0,
     level: float = 0.95,
 ) -> list[BaselineRate]:
-    """Return each model's win rate against ``baseline`` (ties as half), best first, the baseline last at 0.5.
+    """Return each model's win rate against ``baseline`` (ties as half), best first, the baseline among them at 0.5.
 
     Only battles with the baseline on one side count; a battle of weight w counts w times.
     ``bootstrap`` rounds resample the prompts with replacement (seeded by ``seed``; one multinomial
@@ -97,9 +97,10 @@ def baseline_win_rates(
                      float(ties_k[i]), float(losses_k[i]), int(n_prompts[i]))
         for i, m in enumerate(others)
     ]
-    out.sort(key=lambda r: (-r.win_rate, r.model))
     ci = 0.5 if bootstrap > 0 else None
     out.append(BaselineRate(baseline, 0.5, ci, ci, 0.0, 0.0, 0.0, p))  # the reference line, no counts of its own
+    # Sorted with the baseline among them, as arena-hard's format_confidence_interval does.
+    out.sort(key=lambda r: (-r.win_rate, r.model != baseline, r.model))
     return out
 
 
