@@ -41,6 +41,7 @@ HOSTILE_ANSWERS = [
     "[click me](javascript:window.__pwned='md') <a href=\"javascript:window.__pwned='link'\">link</a>",
 ]
 HOSTILE_EXPLANATION = "<svg onload=\"window.__pwned='svg'\"></svg> A is better"
+HOSTILE_REASONING = "Let me think <img src=x onerror=\"window.__pwned='reasoning'\"> about it"
 MODELS = ["alpha", "beta", "gamma", HOSTILE_MODEL]
 CATEGORIES = ["math", "code", "writing"]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -144,7 +145,8 @@ def build_workspace(root: Path) -> dict:
             else:
                 text = [f"{m} says {'right' if rng.random() < skill[m] else 'wrong'} (turn {t + 1})"
                         for t in range(len(p.turns))]
-            answers.append(Answer(prompt_id=p.id, model=m, turns=text, tokens_in=10, tokens_out=5))
+            thought = [HOSTILE_REASONING] if p.id == "hostile" and m == "alpha" else []  # a reasoning model's
+            answers.append(Answer(prompt_id=p.id, model=m, turns=text, tokens_in=10, tokens_out=5, reasoning=thought))
     expected = {"pairs": 0, "by_model": {m: 0 for m in MODELS}, "failed": 0, "flagged": 0, "by_cat": {}}
     for p in prompts:
         for i, a in enumerate(MODELS):
@@ -296,7 +298,7 @@ def _hostile(report, page: Page) -> None:
         # nothing in the detail is markup made from data: no links, images, scripts or frames
         assert pg.eval_on_selector_all("#bb-detail a, #bb-detail img, #bb-detail script, #bb-detail svg, "
                                        "#bb-detail iframe, #bb-detail textarea", "els => els.length") == 0
-    for text in [*HOSTILE_ANSWERS, HOSTILE_EXPLANATION, HOSTILE_MODEL]:
+    for text in [*HOSTILE_ANSWERS, HOSTILE_EXPLANATION, HOSTILE_MODEL, HOSTILE_REASONING]:
         assert text in seen, text
     # the failed game's raw reply (markup too) is text as well
     pg.fill("#bb-search", "")
@@ -308,6 +310,30 @@ def _hostile(report, page: Page) -> None:
     assert pg.evaluate("typeof window.__pwned") == "undefined"
     assert pg.evaluate("document.scripts.length") == pg.evaluate(
         "document.querySelectorAll('script[type=\"application/json\"]').length + 1")
+    assert page.errors == []
+
+
+def test_reasoning_is_shown_folded_apart_from_the_answer(report, page):
+    pg = page.open(report[0].as_uri())
+    pg.fill("#bb-search", "hostile")
+    page.wait_count(6)
+    pg.select_option("#bb-model1", label="alpha")
+    page.wait_count(3)
+    pg.locator("#bb-rows tr").first.click()
+    pg.wait_for_selector("#bb-detail details.reasoning")
+    details = pg.locator("#bb-detail details.reasoning")
+    assert details.count() == 1  # alpha's turn; its opponent gave none
+    assert details.first.get_attribute("open") is None  # folded until asked for
+    assert pg.text_content("#bb-detail details.reasoning summary") == "reasoning (not shown to the judge)"
+    assert pg.text_content("#bb-detail details.reasoning pre") == HOSTILE_REASONING
+    assert all(HOSTILE_REASONING not in t for t in pg.locator("#bb-detail pre.answer").all_text_contents())
+    # Elsewhere no reasoning box at all.
+    pg.fill("#bb-search", "question 1")
+    page.wait_count(33)  # prompts 1, 10..19 x alpha's 3 pairs
+    row = pg.locator("#bb-rows tr").first
+    row.click()
+    pg.wait_for_selector(f"#bb-detail[data-row='{row.get_attribute('data-row')}'] pre.answer")
+    assert pg.locator("#bb-detail details.reasoning").count() == 0
     assert page.errors == []
 
 

@@ -3,7 +3,7 @@
 One row per (prompt, pair) the judge looked at: its battle when one came out, or "no verdict"
 when every game failed. The index holds small integer columns (prompt, models, outcome, flags)
 and a one-line snippet per prompt, so filtering 100,000 rows is a loop over arrays. The texts
-(prompt turns, both answers, each game's scores and explanation) are in chunks of
+(prompt turns, both answers and their reasoning, each game's scores and explanation) are in chunks of
 ``CHUNK`` rows, deduplicated per chunk, and parsed only when a row of the chunk is opened.
 
 Everything here is data for ``JSON.parse`` and ``textContent``: :func:`json_for_html` escapes
@@ -149,6 +149,8 @@ def build_browser(prompts: Sequence[Prompt], answers: Sequence[Answer], judgment
             [s(t) for t in ans_b.turns] if ans_b is not None else None,
             game_rows,
             [s(r) for r in prompt.reference] if prompt.reference else None,
+            # A reasoning model's thinking per turn, shown folded and apart: the judge never saw it.
+            [[s(r) for r in x.reasoning] if x is not None and x.reasoning else None for x in (ans_a, ans_b)],
         ])
         if len(items) == chunk or n == len(rows) - 1:
             chunks.append({"s": strings, "r": items})

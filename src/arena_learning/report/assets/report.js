@@ -161,6 +161,13 @@
       meta.appendChild(resultCell(i));
       if (R.o[i] !== 3) { meta.appendChild(document.createTextNode("; mean scores " + fmt(R.sa[i]) + " : " + fmt(R.sb[i]))); }
       var turns = item[0], ansA = item[1], ansB = item[2], games = item[3], ref = item[4];
+      var why = item[5] || [null, null];
+      function reasoning(col, r, n) {  // folded, and labelled: the judge saw only the answer
+        if (!r || !S[r[n]]) { return; }
+        var d = add(col, el("details", "reasoning"));
+        add(d, el("summary", "", "reasoning (not shown to the judge)"));
+        add(d, pre(S[r[n]]));
+      }
       turns.forEach(function (t, n) {
         add(box, el("h4", "", "Turn " + (n + 1) + ": user"));
         add(box, pre(S[t])).className = "user";
@@ -168,8 +175,10 @@
         var ca = add(pair, el("div")), cb = add(pair, el("div"));
         add(ca, el("b", "", "A: " + a));
         add(ca, pre(ansA && ansA[n] !== undefined ? S[ansA[n]] : "(no answer)")).className = "answer";
+        reasoning(ca, why[0], n);
         add(cb, el("b", "", "B: " + b));
         add(cb, pre(ansB && ansB[n] !== undefined ? S[ansB[n]] : "(no answer)")).className = "answer";
+        reasoning(cb, why[1], n);
         if (ref && ref[n] !== undefined) { add(box, el("div", "muted", "reference: " + S[ref[n]])); }
       });
       add(box, el("h4", "", games.length + " game" + (games.length === 1 ? "" : "s") + " by the judge"));
