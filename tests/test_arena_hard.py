@@ -292,5 +292,12 @@ def test_arena_hard_judge_end_to_end_through_a_local_http_judge(tmp_path):
         arena("export-judgments", ws, "--format", "arena-hard", "--out", tmp_path / "out")
         out = [json.loads(line) for line in (tmp_path / "out" / "gpt-4-0613.jsonl").read_text().splitlines()]
         assert len(out) == 4 and all([g["score"] for g in r["games"]] == ["B>>A", "A>>B"] for r in out)
+        # The HTML report shows the same headline in its leaderboard area.
+        from arena_learning.report.html import build_report
+
+        page, _ = build_report(ws)
+        table = page[page.index('id="baseline-table"'):]
+        table = table[:table.index("</table>")]
+        assert "gpt-4-0613</td><td>100.0</td><td>100.0 .. 100.0</td><td>4</td>" in table.replace(' class=""', "").replace(' class="l"', "")
     finally:
         judge.server.close()

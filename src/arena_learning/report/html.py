@@ -160,6 +160,8 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
         left=2, attrs='id="leaderboard-table"', row_attrs=[f'data-model="{_e(x.model)}"' for x in ratings],
     ))
     lb.append(ci_plot([(x.model, x.rating, x.ci_low, x.ci_high) for x in ratings]))
+    if cfg.battles.baseline and any(cfg.battles.baseline in (b.model_a, b.model_b) for b in battles):
+        lb.append(_baseline_html(battles, cfg.battles.baseline, r.bootstrap, r.seed))
     sections.append(("leaderboard", "Leaderboard", "".join(lb)))
 
     # -- style control
@@ -254,6 +256,20 @@ def _page(name: str, sections: list[tuple[str, str, str]], browser: BrowserData,
             files.append((f"chunk-{k}.js", f'arenaChunk("{browser.token}",{k},{text});\n'))
     out.append("</body></html>")
     return "\n".join(out), files
+
+
+def _baseline_html(battles: list[Battle], baseline: str, bootstrap: int, seed: int) -> str:
+    """Return arena-hard's headline: each model's win rate against the baseline with its bootstrap 95% CI."""
+    from ..rating.baseline import baseline_win_rates
+
+    rows = baseline_win_rates(battles, baseline, bootstrap=bootstrap, seed=seed)
+    pct = lambda x: _num(None if x is None else 100 * x)  # noqa: E731
+    return (f'<p class="note">Win rate against <b>{_e(baseline)}</b> (arena-hard\'s headline; ties as half, '
+            f"weighted battles counted by weight; 95% CI from {bootstrap} bootstrap rounds over prompts; "
+            f"<code>arena leaderboard WS --baseline {_e(baseline)}</code>).</p>"
+            + _table(["model", "win rate %", "95% CI %", "prompts"],
+                     [[_e(x.model), pct(x.win_rate), f"{pct(x.ci_low)} .. {pct(x.ci_high)}", str(x.prompts)]
+                      for x in rows], attrs='id="baseline-table"'))
 
 
 def _win_rates(ratings: list[Rating], battles: list[Battle]) -> str:
