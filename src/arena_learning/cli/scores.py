@@ -27,7 +27,7 @@ SCORES_HELP = (
     "grade over every graded turn with a 95% CI (bootstrap over prompts), the mean of each turn and of each "
     "category with counts, and the answers left without a grade because their judgment failed.\n\n"
     "Needs a judge that grades answers alone: an LLM judge with `template: single` (1-10) or the verifier "
-    "(0-1, the share of correct turns)."
+    "(its checkers' 0-10)."
 )
 LC_HELP = (
     "Raw and length-controlled win rate of every model against a reference model (AlpacaEval 2): the LC win "
@@ -131,7 +131,10 @@ def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
     """Print one leaderboard per ``by`` group of the workspace's prompts (``arena leaderboard --by``)."""
     from ..pipeline import load_saved_config, stage_group_boards
     from ..rating.export import ratings_to_json
+    from ..rating.groups import GROUP_BY
 
+    if by not in GROUP_BY:
+        raise ArenaError(f"--by {by}: cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
     with _open(workspace) as store:
         boards, skipped = stage_group_boards(load_saved_config(store), store, by)
     if json_out:
