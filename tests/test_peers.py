@@ -236,6 +236,10 @@ def test_cli_import_headline_export_reimport(tmp_path):
     for m in ("gpt-4-0613", "gpt-3.5-turbo-0125", BASE):
         assert by_model[m]["win_rate"] == pytest.approx(expected[m].win_rate)
         assert (by_model[m]["ci_low"], by_model[m]["ci_high"]) == pytest.approx((expected[m].ci_low, expected[m].ci_high))
+    # Bradley-Terry on the imported battles needs no run config; a strong verdict is three battles.
+    board = json.loads(arena("leaderboard", ws, "--judge", "gpt-4-1106-preview", "--json").stdout)
+    assert {r["model"] for r in board} == {BASE, "gpt-4-0613", "gpt-3.5-turbo-0125"}
+    assert sum(r["battles"] for r in board) == 2 * sum(b.weight for b in battles)
     table = arena("leaderboard", ws, "--baseline", BASE).stdout
     assert f"win rate against {BASE}" in table and "95% CI" in table
     arena("export-judgments", ws, "--format", "arena-hard", "--out", tmp_path / "out")

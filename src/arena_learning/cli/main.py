@@ -184,13 +184,19 @@ def leaderboard(
         "--style-control", help="also fit ratings controlled for answer length, headers, lists and bold")] = False,
     baseline: Annotated[str | None, typer.Option(
         help="arena-hard's headline instead: each model's win rate against this model, bootstrap 95% CI")] = None,
-    judge: Annotated[str | None, typer.Option(help="with --baseline: whose battles (default: the run's judge)")] = None,
+    judge: Annotated[str | None, typer.Option(
+        help="whose battles (default: the run's judge); imported judgments (`arena import-judgments`) need no run")] = None,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
-    if baseline is not None:
-        from .peers import baseline_board
+    if baseline is not None or judge is not None:
+        from .peers import baseline_board, judge_board
 
-        baseline_board(workspace, baseline, json_out, judge)
+        if by is not None or style_control:
+            raise ArenaError("--baseline and --judge go without --by and --style-control: give one kind of board")
+        if baseline is not None:
+            baseline_board(workspace, baseline, json_out, judge)
+        else:
+            judge_board(workspace, judge, json_out, csv)
         return
     if not (workspace / "arena.db").is_file():
         raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")

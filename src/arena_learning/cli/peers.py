@@ -21,8 +21,10 @@ from rich.table import Table
 from .errors import reporting_errors
 from ..arena.peers import (ARENA_HARD_BASELINE, FORMATS, peer_battles, read_judgments, write_arena_hard,
                            write_fastchat_pair, write_fastchat_single)
+from ..config import RatingConfig
 from ..errors import ArenaError
 from ..rating.baseline import BaselineRate, baseline_win_rates
+from ..records import Rating
 from ..store import Store
 
 IMPORT_HELP = (
@@ -159,18 +161,44 @@ def _default_baseline(store: Store, judge: str) -> str:
     return base
 
 
-def baseline_board(workspace: Path, baseline: str, json_out: bool, judge: str | None = None,
-                   bootstrap: int | None = None, seed: int | None = None) -> list[BaselineRate]:
-    """Print arena-hard's headline for a workspace: win rate against ``baseline`` with a bootstrap 95% CI."""
+def _judge_battles(workspace: Path, judge: str | None) -> tuple[str, list, RatingConfig]:  # noqa: ANN401
+    """Return (judge, its battles, the rating settings: the saved run's, else the defaults)."""
     _require_workspace(workspace)
     with Store(workspace, readonly=True) as store:
         name = _pick_judge(store, judge, list(store.info()["judges"]))
         battles = store.get_battles(name)
         saved = store.get_meta("config")
-    ratings_cfg = saved.get("ratings", {}) if isinstance(saved, dict) else {}
-    rounds = bootstrap if bootstrap is not None else int(ratings_cfg.get("bootstrap", 100))
-    rows = baseline_win_rates(battles, baseline, bootstrap=rounds,
-                              seed=seed if seed is not None else int(ratings_cfg.get("seed", 0)))
+    ratings = saved.get("ratings", {}) if isinstance(saved, dict) else {}
+    try:
+        return name, battles, RatingConfig.model_validate(ratings)
+    except ValueError as err:
+        raise ArenaError(f"the rating settings saved in {workspace} do not validate ({err}); rerun `arena run` "
+                         "to refresh them") from None
+
+
+def judge_board(workspace: Path, judge: str | None, json_out: bool, csv: Path | None = None) -> list[Rating]:
+    """Print the Bradley-Terry leaderboard of one judge's battles (imported judgments need no run config)."""
+    from ..rating.bt import leaderboard
+    from ..rating.export import ratings_to_json, write_leaderboard_csv
+    from .tables import print_leaderboard
+
+    name, battles, r = _judge_battles(workspace, judge)
+    ratings = leaderboard(battles, anchor=r.anchor, anchor_rating=r.anchor_rating, bootstrap=r.bootstrap,
+                          resample=r.resample, seed=r.seed)
+    if csv is not None:
+        write_leaderboard_csv(ratings, csv)
+    if json_out:
+        sys.stdout.write(json.dumps(ratings_to_json(ratings), indent=2) + "\n")
+    else:
+        print_leaderboard(ratings, title=f"leaderboard of judge {name}")
+    return ratings
+
+
+def baseline_board(workspace: Path, baseline: str, json_out: bool, judge: str | None = None) -> list[BaselineRate]:
+    """Print arena-hard's headline for a workspace: win rate against ``baseline`` with a bootstrap 95% CI."""
+    name, battles, r = _judge_battles(workspace, judge)
+    rounds = r.bootstrap
+    rows = baseline_win_rates(battles, baseline, bootstrap=rounds, seed=r.seed)
     if json_out:
         out = [{"model": r.model, "win_rate": r.win_rate, "ci_low": r.ci_low, "ci_high": r.ci_high, "wins": r.wins,
                 "ties": r.ties, "losses": r.losses, "prompts": r.prompts} for r in rows]
@@ -184,7 +212,8 @@ def baseline_board(workspace: Path, baseline: str, json_out: bool, judge: str | 
 def baseline_table(rows: list[BaselineRate], baseline: str, judge: str, rounds: int) -> Table:
     """Return the headline as a table: win rate (%) against the baseline, 95% CI, weighted W/T/L, prompts."""
     table = Table(title=f"win rate against {baseline} (judge {judge}; ties as half; 95% CI from {rounds} "
-                        "bootstrap rounds over prompts)", title_justify="left", box=box.SIMPLE_HEAD)
+                        "bootstrap rounds over prompts; a strong verdict counts by its weight)", title_justify="left",
+                  box=box.SIMPLE_HEAD)
     for col in ("model", "win rate", "95% CI", "wins", "ties", "losses", "prompts"):
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
     for r in rows:
