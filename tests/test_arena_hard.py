@@ -301,3 +301,11 @@ def test_arena_hard_judge_end_to_end_through_a_local_http_judge(tmp_path):
         assert "gpt-4-0613</td><td>100.0</td><td>100.0 .. 100.0</td><td>4</td>" in table.replace(' class=""', "").replace(' class="l"', "")
     finally:
         judge.server.close()
+
+
+def test_a_judge_folder_whose_parser_does_not_fit_its_mode_is_refused(tmp_path):
+    from arena_learning.errors import ConfigError
+
+    (tmp_path / "judge.yaml").write_text("name: x\nmode: single\nsystem: s\ntemplate: t\nparser: label\n")
+    with pytest.raises(ConfigError, match="parser 'label' does not read a single judge's verdict"):
+        load_judge_spec(str(tmp_path))

@@ -252,5 +252,10 @@ def test_cli_import_headline_export_reimport(tmp_path):
     empty = write_jsonl(tmp_path / "empty.jsonl", [{"hello": 1}])
     bad = arena("import-judgments", empty, "-w", tmp_path / "ws3", ok=False)
     assert bad.returncode == 2 and "nothing was imported" in bad.stderr and "empty.jsonl:1" in bad.stderr
+    # A judge name that holds a run's own judgments is not overwritten by an import.
+    with Store(ws2) as store:
+        store.set_meta("peer_judges", {})
+    bad = arena("import-judgments", files[0], "-w", ws2, ok=False)
+    assert bad.returncode == 2 and "already holds judgments of a run" in bad.stderr and "--judge" in bad.stderr
     bad = arena("export-judgments", ws, "--format", "fastchat-pairs", "--out", tmp_path / "x.jsonl", ok=False)
     assert bad.returncode == 2 and "unknown judgment format 'fastchat-pairs'" in bad.stderr

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from ..config import JudgeConfig
 from ..engines import build_engine
@@ -62,6 +62,13 @@ class JudgeSpec(BaseModel):
     @property
     def id(self) -> str:
         return f"{self.name}-v{self.version}"
+
+    @model_validator(mode="after")
+    def _parser_fits_mode(self) -> JudgeSpec:
+        if (self.mode == "single") != (self.parser == "single"):
+            raise ValueError(f"parser {self.parser!r} does not read a {self.mode} judge's verdict: use "
+                             f"{'single' if self.mode == 'single' else 'pair or label'}")
+        return self
 
 
 def builtin_judges() -> list[str]:

@@ -75,12 +75,16 @@ def import_judgments_command(
             peers = store.get_meta(_META, {}) or {}
             for name in report.judges:
                 known = peers.get(name)
+                existing = store.get_judgments(name)
+                if known is None and existing:
+                    raise ArenaError(f"judge {name!r} already holds judgments of a run in {workspace}: import these "
+                                     "under another name with --judge")
                 if known and known["format"] != kind:
                     raise ArenaError(f"judge {name!r} in {workspace} holds {known['format']} judgments; these are "
                                      f"{kind}: import them under another name with --judge")
                 mine = [j for j in report.judgments if j.judge == name]
                 # A new file adds to what the judge had: same game (prompt, order) replaced, others kept.
-                games = {(j.prompt_id, j.model_a, j.model_b): j for j in store.get_judgments(name)}
+                games = {(j.prompt_id, j.model_a, j.model_b): j for j in existing}
                 games.update({(j.prompt_id, j.model_a, j.model_b): j for j in mine})
                 battles = peer_battles(games.values(), kind, strong_weight)
                 store.replace_judgments([name], games.values())
