@@ -60,11 +60,21 @@ def few_shot_questions(cfg: RunConfig) -> set[str]:
 
 def stage_prompts(cfg: RunConfig, store: Store) -> list[Prompt]:
     """Make the test set (the built-in task suite, or the configured open prompts) and store it."""
+    prompts = make_test_set(cfg, store)
+    store.put_prompts(TEST_SET, prompts)
+    return prompts
+
+
+def make_test_set(cfg: RunConfig, store: Store | None) -> list[Prompt]:
+    """Return the test set the config names, storing nothing (``store``: where ``prompts.set`` is read)."""
     src = cfg.prompts
     if src is None:
         prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, categories=cfg.tasks.categories,
                                  exclude=few_shot_questions(cfg))
     elif src.set is not None:
+        if store is None:
+            raise ArenaError(f"prompts.set {src.set!r} is read from the workspace, and there is none yet: fill it "
+                             f"with `arena ingest` or `arena testset build` first")
         prompts = store.get_prompts(src.set)
         if not prompts:
             have = ", ".join(sorted(store.prompt_sets())) or "none"
@@ -79,7 +89,6 @@ def stage_prompts(cfg: RunConfig, store: Store) -> list[Prompt]:
             raise ArenaError(f"prompts.path {src.path} holds no prompts")
     if src is not None and src.limit is not None:
         prompts = prompts[: src.limit]
-    store.put_prompts(TEST_SET, prompts)
     return prompts
 
 
@@ -296,19 +305,30 @@ def scoring_judge(cfg: RunConfig, name: str | None = None):  # noqa: ANN201 - Ju
     return j
 
 
-def stage_scores(cfg: RunConfig, store: Store, judge: str | None = None, *, bootstrap: int = 1000):  # noqa: ANN201
-    """Return (judge name, rating.scores.ModelScores rows): MT-Bench-style absolute scores of the test set."""
+def stage_scores(cfg: RunConfig | None, store: Store, judge: str | None = None, *, bootstrap: int = 1000,
+                 seed: int = 0):  # noqa: ANN201 - (str, list[rating.scores.ModelScores])
+    """Return (judge name, rating.scores.ModelScores rows): MT-Bench-style absolute scores of the test set.
+
+    ``cfg`` None: a workspace with no run of its own (judgments from `arena import-judgments`);
+    ``judge`` must then be named.
+    """
+    from .arena.peers import split_turn
     from .rating.scores import score_table
 
-    known = {j.name for j in [cfg.judge, *cfg.judge.members]}
+    known = {j.name for j in [cfg.judge, *cfg.judge.members]} if cfg is not None else set()
+    have = sorted({r[0] for r in store.db.execute("SELECT DISTINCT judge FROM judgments")})
+    if judge is None and cfg is None:
+        raise ArenaError(f"{store.root} holds no run config: name the judge with --judge (judges with judgments "
+                         f"here: {', '.join(have) or 'none'})")
     # a judge outside the config (judgments imported with `arena import-judgments`) is taken as it
     # is; score_table refuses grades that differ between the pairs of one answer
     name = judge if judge is not None and judge not in known else scoring_judge(cfg, judge).name
     judgments = store.get_judgments(name)
     if not judgments:
         raise ArenaError(f"{store.root} has no judgments by {name!r}: run `arena battle` (or `arena run`) first, "
-                         f"or name a judge that has some (the run's: {', '.join(sorted(known))})")
-    return name, score_table(judgments, store.get_prompts(TEST_SET), bootstrap=bootstrap, seed=cfg.ratings.seed)
+                         f"or name a judge that has some (here: {', '.join(have) or 'none'})")
+    prompts = store.get_prompts(TEST_SET) or [p for s in store.prompt_sets() for p in store.get_prompts(s)]
+    return name, score_table(judgments, prompts, bootstrap=bootstrap, seed=seed, turn_of=split_turn)
 
 
 def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap: int = 200):  # noqa: ANN201

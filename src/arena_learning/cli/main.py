@@ -486,3 +486,4 @@ _register_extensions()
 def main() -> None:  # pragma: no cover
     app()
     from .scores import register as register_scores; register_scores(app)  # noqa: E702
+    from .plan import register as register_plan; register_plan(app)  # noqa: E702

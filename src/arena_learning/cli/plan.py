@@ -1,0 +1,120 @@
+"""``arena plan CONFIG``: the calls a run or a flywheel will make, what is cached, tokens and cost, before running."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import yaml
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ..config import RunConfig, load_config_file
+from ..errors import ConfigError
+from ..store import Store
+from .errors import user_errors
+
+wide = Console(width=None if sys.stdout.isatty() else 120)
+
+PLAN_HELP = (
+    "Print what CONFIG (an arena run, or a flywheel config: detected by its rounds and pool, or --flywheel) will "
+    "call before running it: answer calls (prompts x models x turns), judge calls by schedule (both orders, per "
+    "turn), how many of them the workspace's ledger already holds ('cached': a rerun costs nothing), tokens "
+    "estimated from the prompts (characters / 4; outputs at max_tokens) and cost from each model's price_in / "
+    "price_out; for a flywheel, per round and stage, with the training each stage does. Reads the workspace if "
+    "it exists; writes nothing. --json prints {kind, tokens, lines: [{stage, step, model, calls, cached, to_send, "
+    "tokens_in, tokens_out, cost, note}], totals, notes}."
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``plan`` command to ``app``."""
+    app.command("plan", help=PLAN_HELP)(plan_command)
+
+
+def _is_flywheel(path: Path) -> bool:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False  # load_config_file reports it
+    return isinstance(data, dict) and ("rounds" in data or "pool" in data)
+
+
+@user_errors
+def plan_command(
+    config: Annotated[Path, typer.Argument(help="YAML run config or flywheel config")],
+    workspace: Annotated[Optional[Path], typer.Option("--workspace", "-w", help="workspace whose ledger to check "
+                                                      "(default: the config's, or workspaces/NAME)")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field (repeatable)")] = None,
+    flywheel: Annotated[bool, typer.Option("--flywheel", help="read CONFIG as a flywheel config")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
+) -> None:
+    from .. import pipeline
+    from ..plan import plan_run
+
+    if not config.is_file():
+        raise ConfigError(f"config file not found: {config} (give the path of a YAML run or flywheel config)")
+    if flywheel or _is_flywheel(config):
+        from ..flywheel.plan import plan_flywheel
+        from ..flywheel.settings import FlywheelConfig
+
+        fcfg = load_config_file(config, FlywheelConfig, set_)
+        ws = workspace or (Path(fcfg.workspace) if fcfg.workspace else Path("workspaces") / fcfg.name)
+        with _open(ws) as store:
+            plan = plan_flywheel(fcfg, store)
+    else:
+        cfg = load_config_file(config, RunConfig, set_)
+        ws = pipeline.workspace_for(cfg, workspace)
+        with _open(ws) as store:
+            plan = plan_run(cfg, store)
+    if json_out:
+        typer.echo(json.dumps(plan.as_json()))
+        return
+    print_plan(plan, ws)
+
+
+class _open:  # noqa: N801 - a context manager read like a function
+    """The workspace's store, read-only, or None when there is none yet (nothing cached)."""
+
+    def __init__(self, ws: Path):
+        self.store = Store(ws, readonly=True) if (ws / "arena.db").is_file() else None
+
+    def __enter__(self) -> Store | None:
+        return self.store
+
+    def __exit__(self, *exc: object) -> None:
+        if self.store is not None:
+            self.store.close()
+
+
+def _n(x: int | None) -> str:
+    return "?" if x is None else f"{x:,}"
+
+
+def print_plan(plan, ws: Path) -> None:  # noqa: ANN001 - plan.Plan
+    """Print the plan's lines and totals (stdout) and what it assumes."""
+    t = Table(title=f"plan ({plan.kind}; workspace {ws})", title_justify="left", box=box.SIMPLE_HEAD,
+              padding=(0, 1), pad_edge=False)
+    for col in ("stage", "step", "model", "calls", "cached", "to send", "tokens in", "tokens out <=", "cost"):
+        t.add_column(col, justify="left" if col in ("stage", "step", "model") else "right", no_wrap=True)
+    for x in plan.lines:
+        if x.step == "train":
+            t.add_row(x.stage, x.step, x.model, "", "", "", "", "", "", style="dim")
+            continue
+        t.add_row(x.stage, x.step, x.model, _n(x.calls), _n(x.cached), _n(x.to_send), f"{x.tokens_in:,}",
+                  f"{x.tokens_out:,}", f"${x.cost:.4f}" if x.cost else "-")
+    tot = plan.totals()
+    t.add_row("total", "", "", f"{tot['calls']:,}", f"{tot['cached']:,}", f"{tot['to_send']:,}",
+              f"{tot['tokens_in']:,}", f"{tot['tokens_out']:,}", f"${tot['cost']:.4f}" if tot["cost"] else "-",
+              style="bold")
+    wide.print(t)
+    from ..plan import TOKEN_METHOD
+
+    notes = [f"tokens: {TOKEN_METHOD}", *plan.notes,
+             *(f"{x.stage} {x.step} {x.model}: {x.note}" for x in plan.lines if x.note)]
+    for line in notes:
+        wide.print(line, highlight=False, soft_wrap=True)

@@ -1,0 +1,332 @@
+"""The plan of a run, before it runs: the calls it will make, how many the ledger already holds, tokens and cost.
+
+Counts follow the stages as they call the ledger: every contestant answers every prompt turn by turn
+(prompts x models x turns); the judge plays each scheduled pair on each prompt, in both orders when
+``both_orders`` and once per turn (pairwise judges), or grades each answer once per turn (single
+judges); a panel's members each judge every game; the verifier makes no call. A call the ledger holds
+(or one this plan already counted earlier in the same run) costs nothing: it is ``cached``. Where a
+call's text depends on an answer not made yet, it cannot be in the ledger and counts as to send.
+
+The plan assumes every call succeeds and every verdict parses: a judge re-asks an unparsable verdict
+up to ``retries`` times (new calls), and the adaptive schedule's calls are its budget (which pairs it
+picks depends on the verdicts, so what the ledger holds of them is not known in advance).
+
+Tokens are estimated, not counted: characters / 4 of the text each call sends (the rendered
+completion prompt, or the chat messages), with answers not made yet as ``max_tokens`` each; output
+tokens are ``max_tokens`` per call, an upper bound. Cost is ``price_in`` / ``price_out`` per 1M tokens
+of each model, for the calls to send.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import combinations
+from typing import Any
+
+from . import pipeline
+from .arena.answers import conversation
+from .arena.schedule import schedule_pairs
+from .config import JudgeConfig, ModelSpec, RunConfig
+from .engines import build_engine
+from .engines.base import Completion, Engine, Request, render_completion_prompt
+from .engines.calls import is_empty, request_key
+from .errors import ArenaError
+from .records import Answer, Prompt
+from .store import Store
+
+CHARS_PER_TOKEN = 4
+TOKEN_METHOD = ("estimated: characters / 4 of the text each call sends (answers not made yet counted at "
+                "max_tokens); output at max_tokens per call (an upper bound)")
+
+
+@dataclass
+class PlanLine:
+    """One row of the plan: a model's calls in one step of one stage."""
+
+    stage: str  # "test set", "r0.0-sft (slice D0)", "evaluate after round 0"
+    step: str  # answer, judge, train
+    model: str
+    calls: int = 0  # calls the step makes (cached ones included)
+    cached: int | None = 0  # of them, held by the ledger or made earlier in this run (None: not known in advance)
+    tokens_in: int = 0  # estimated, of the calls to send
+    tokens_out: int = 0  # at most, of the calls to send
+    cost: float = 0.0  # of the calls to send
+    note: str = ""
+
+    @property
+    def to_send(self) -> int:
+        return self.calls - (self.cached or 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "to_send": self.to_send, "cost": round(self.cost, 6)}
+
+
+@dataclass
+class Plan:
+    """Every line of a run's plan, with what it assumes."""
+
+    kind: str  # run or flywheel
+    lines: list[PlanLine] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def totals(self) -> dict[str, Any]:
+        calls = [x for x in self.lines if x.step != "train"]
+        return {"calls": sum(x.calls for x in calls), "cached": sum(x.cached or 0 for x in calls),
+                "to_send": sum(x.to_send for x in calls), "tokens_in": sum(x.tokens_in for x in calls),
+                "tokens_out": sum(x.tokens_out for x in calls), "cost": round(sum(x.cost for x in calls), 6)}
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "tokens": TOKEN_METHOD, "lines": [x.as_dict() for x in self.lines],
+                "totals": self.totals(), "notes": self.notes}
+
+
+def estimate_tokens(text_chars: int) -> int:
+    """Return the token estimate of ``text_chars`` characters (characters / 4, rounded up)."""
+    return math.ceil(text_chars / CHARS_PER_TOKEN)
+
+
+def cost(spec: ModelSpec | None, tokens_in: int, tokens_out: int) -> float:
+    """Return the price of the tokens at ``spec``'s price_in / price_out per 1M tokens."""
+    if spec is None:
+        return 0.0
+    return (tokens_in * spec.price_in + tokens_out * spec.price_out) / 1e6
+
+
+class LedgerView:
+    """The ledger as a plan sees it: read-only, plus the keys the plan already counted (made earlier in the run)."""
+
+    def __init__(self, store: Store | None):
+        self.store = store
+        self.planned: set[str] = set()
+
+    def count(self, engine: Engine, requests: Sequence[Request]) -> tuple[int, int, list[Completion | None]]:
+        """Return (cached, to send, the cached completion or None per request) as ``arun_requests`` counts a batch.
+
+        A repeat of a held call counts as cached each time; a repeat of a call to send is sent once.
+        """
+        keys = [request_key(engine, r) for r in requests]
+        known = self.store.lookup_calls(list(dict.fromkeys(keys))) if self.store is not None else {}
+        got: dict[str, Completion] = {}
+        todo: set[str] = set()
+        cached = 0
+        out: list[Completion | None] = []
+        for key, req in zip(keys, requests):
+            if key in got:
+                cached += 1
+                out.append(got[key])
+                continue
+            if key in todo:
+                out.append(None)
+                continue
+            rec = known.get(key)
+            comp = Completion.model_validate(rec.response) if rec is not None and rec.status == "ok" and \
+                rec.response is not None else None
+            if comp is not None and (not is_empty(comp) or engine.repeatable(req)):
+                got[key] = comp
+                cached += 1
+            elif key in self.planned:
+                cached += 1  # asked earlier in this run: its text is not known yet, but it is not paid twice
+                comp = None
+            else:
+                todo.add(key)
+                comp = None
+            out.append(comp)
+        self.planned |= todo
+        return cached, len(todo), out
+
+
+def _engine(spec: ModelSpec) -> tuple[Engine | None, str]:
+    """Return the engine of ``spec`` (to compute ledger keys), or None and why it cannot be built here."""
+    try:
+        return build_engine(spec), ""
+    except ArenaError as err:
+        return None, f"ledger not checked: {err}"
+
+
+def _chars(spec: ModelSpec, messages: list[dict[str, str]]) -> int:
+    if spec.mode == "completion":
+        return len(render_completion_prompt(spec.prompt_format, messages))
+    return sum(len(m["content"]) + 4 * CHARS_PER_TOKEN for m in messages)  # ~4 tokens of template per message
+
+
+@dataclass
+class Known:
+    """The answers a plan can see: turns the ledger (or the workspace, for imported models) holds; imported
+    answers that are not there (those prompts have no games)."""
+
+    turns: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (prompt id, model) -> turns
+    absent: set[tuple[str, str]] = field(default_factory=set)
+
+    def answered(self, p: Prompt, model: str) -> bool:
+        return (p.id, model) not in self.absent
+
+    def answer(self, p: Prompt, model: str, spec: ModelSpec | None) -> tuple[Answer, bool]:
+        """Return the answer the judge will see and whether it is known (else a stand-in of max_tokens per turn)."""
+        got = self.turns.get((p.id, model))
+        if got is not None:
+            return Answer(prompt_id=p.id, model=model, turns=list(got)), True
+        filler = "x" * ((spec.params.max_tokens if spec is not None else 256) * CHARS_PER_TOKEN)
+        return Answer(prompt_id=p.id, model=model, turns=[filler] * len(p.turns)), False
+
+
+def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView, stage: str, known: Known,
+                 store: Store | None = None, set_name: str = pipeline.TEST_SET) -> PlanLine:
+    """Return the plan of ``spec`` answering ``prompts`` turn by turn; the answers the ledger holds go to ``known``."""
+    line = PlanLine(stage=stage, step="answer", model=spec.name)
+    if spec.engine == "imported":
+        have = {a.prompt_id: a for a in store.get_answers(spec.name, set_name)} if store is not None else {}
+        for p in prompts:
+            if p.id in have:
+                known.turns[(p.id, spec.name)] = list(have[p.id].turns)
+            else:
+                known.absent.add((p.id, spec.name))
+        line.note = f"imported: {sum(p.id in have for p in prompts)} of {len(prompts)} answers in the workspace"
+        return line
+    engine, why = _engine(spec)
+    filler = "x" * (spec.params.max_tokens * CHARS_PER_TOKEN)
+    replies: dict[str, list[str] | None] = {p.id: [] for p in prompts}
+    turn = 0
+    while batch := [p for p in prompts if len(p.turns) > turn]:
+        held = [p for p in batch if replies[p.id] is not None] if engine is not None else []
+        requests = [Request(messages=conversation(p, replies[p.id], turn)) for p in held]  # type: ignore[arg-type]
+        cached, sent, comps = ledger.count(engine, requests) if held else (0, 0, [])  # type: ignore[arg-type]
+        line.calls += cached + sent + len(batch) - len(held)
+        line.cached = (line.cached or 0) + cached
+        got = dict(zip((p.id for p in held), comps))
+        for p in batch:
+            comp = got.get(p.id)
+            if comp is not None:
+                replies[p.id].append(comp.text)  # type: ignore[union-attr]
+                continue
+            line.tokens_in += estimate_tokens(_chars(spec, conversation(p, replies[p.id] or [filler] * turn, turn)))
+            replies[p.id] = None
+        turn += 1
+    line.tokens_out = line.to_send * spec.params.max_tokens
+    line.cost = cost(spec, line.tokens_in, line.tokens_out)
+    line.note = why
+    for p in prompts:
+        if replies[p.id] is not None:
+            known.turns[(p.id, spec.name)] = replies[p.id]  # type: ignore[assignment]
+    return line
+
+
+def _judge_spec(jcfg: JudgeConfig):  # noqa: ANN202 - llm_judges.JudgeSpec
+    from .arena.llm_judges import load_judge_spec
+
+    return load_judge_spec(jcfg.template)
+
+
+def _max_out(jcfg: JudgeConfig, spec: Any) -> int:
+    assert jcfg.model is not None
+    return int({**jcfg.model.params.model_dump(), **spec.sampling, **jcfg.sampling}["max_tokens"])
+
+
+def _judge_lines(jcfg: JudgeConfig, prompts: Sequence[Prompt], pairs: Sequence[tuple[str, str]], known: Known,
+                 specs: dict[str, ModelSpec], ledger: LedgerView, stage: str) -> list[PlanLine]:
+    """Return the judge calls of every game (each pair on each prompt) for the judge ``jcfg``."""
+    games = [(p, a, b) for p in prompts for a, b in pairs if known.answered(p, a) and known.answered(p, b)]
+    if jcfg.kind == "verifier":
+        return [PlanLine(stage=stage, step="judge", model=jcfg.name, note=f"verifier: {len(games)} games checked "
+                         f"against the references, no model calls")]
+    if jcfg.kind == "panel":
+        return [x for m in jcfg.members for x in _judge_lines(m, prompts, pairs, known, specs, ledger, stage)]
+    from .arena.llm_judges import LLMJudge
+
+    assert jcfg.model is not None
+    engine, why = _engine(jcfg.model)
+    spec = _judge_spec(jcfg)
+    judge = LLMJudge(jcfg, engine=engine) if engine is not None else None
+    shown: list[tuple[Prompt, tuple[str, ...]]] = []  # each game as the judge sees it: the models, in order
+    if spec.mode == "single":
+        by_id = {p.id: p for p in prompts}
+        for pid, m in dict.fromkeys((p.id, m) for p, a, b in games for m in (a, b)):
+            shown.append((by_id[pid], (m,)))
+    else:
+        for p, a, b in games:
+            shown += [(p, (a, b)), (p, (b, a))] if jcfg.both_orders else [(p, (a, b))]
+    requests: list[Request] = []  # calls whose text is known: the ledger may hold them
+    line = PlanLine(stage=stage, step="judge", model=jcfg.name, note=why)
+    chars_known: list[int] = []
+    for p, models in shown:
+        answers = [known.answer(p, m, specs.get(m)) for m in models]
+        turns = min(len(p.turns), *(len(a.turns) for a, _ in answers))
+        for k in range(turns):
+            ans = [a for a, _ in answers]
+            if judge is not None:
+                msgs = judge.single_messages(p, ans[0], k) if len(ans) == 1 else judge.pair_messages(p, *ans, k)
+            else:  # no engine here (e.g. its API key is not set): the template and the texts
+                msgs = [{"role": "system", "content": spec.system},
+                        {"role": "user", "content": spec.template + "".join(t for a in ans for t in a.turns[: k + 1])}]
+            chars = sum(len(m["content"]) for m in msgs)
+            if judge is not None and all(ok for _, ok in answers):
+                requests.append(Request.model_construct(messages=msgs, prompt=None, params=judge.rater.params_for(0)))
+                chars_known.append(chars)
+            else:
+                line.calls += 1
+                line.tokens_in += estimate_tokens(chars)
+    if requests:
+        cached, sent, comps = ledger.count(judge.engine, requests)  # type: ignore[union-attr]
+        line.calls += cached + sent
+        line.cached = cached
+        line.tokens_in += sum(estimate_tokens(c) for c, comp in zip(chars_known, comps) if comp is None)
+    line.tokens_out = line.to_send * _max_out(jcfg, spec)
+    line.cost = cost(jcfg.model, line.tokens_in, line.tokens_out)
+    if jcfg.retries:
+        extra = f"up to {jcfg.retries} re-asks per verdict that does not parse come on top"
+        line.note = f"{line.note}; {extra}" if line.note else extra
+    return [line]
+
+
+def plan_battles(cfg: RunConfig, prompts: Sequence[Prompt], known: Known, ledger: LedgerView,
+                 stage: str) -> list[PlanLine]:
+    """Return the judge lines of ``cfg``'s schedule on ``prompts``."""
+    names = [m.name for m in cfg.models]
+    specs = {m.name: m for m in cfg.models}
+    sched = cfg.battles
+    if sched.schedule != "adaptive":
+        pairs = schedule_pairs(sched.schedule, names, baseline=sched.baseline, target=sched.target)
+        return _judge_lines(cfg.judge, prompts, pairs, known, specs, ledger, stage)
+    # adaptive: its budget in battles, each a game (two with both orders) per turn; which pairs is not known
+    usable = [p for p in prompts if all(known.answered(p, m) for m in names)]
+    round_robin = len(list(combinations(names, 2))) * len(usable)
+    budget = min(round_robin, round_robin // 2 if sched.budget is None else sched.budget)
+    mean_turns = sum(len(p.turns) for p in usable) / max(1, len(usable))
+    lines = []
+    for jcfg in (cfg.judge.members if cfg.judge.kind == "panel" else [cfg.judge]):
+        if jcfg.kind == "verifier":
+            lines.append(PlanLine(stage=stage, step="judge", model=jcfg.name,
+                                  note=f"verifier: {budget} battles (adaptive budget), no model calls"))
+            continue
+        spec = _judge_spec(jcfg)
+        per_battle = (1 if spec.mode == "single" or not jcfg.both_orders else 2) * mean_turns
+        calls = round(budget * per_battle)
+        max_out = _max_out(jcfg, spec)
+        some = [known.answer(p, m, specs.get(m))[0] for p in usable[:20] for m in names[:2]]
+        chars = (len(spec.system) + len(spec.template)) + 2 * sum(len(t) for a in some for t in a.turns) / max(1, len(some))
+        tin = round(calls * chars / CHARS_PER_TOKEN)
+        lines.append(PlanLine(stage=stage, step="judge", model=jcfg.name, calls=calls, cached=None, tokens_in=tin,
+                              tokens_out=calls * max_out, cost=cost(jcfg.model, tin, calls * max_out),
+                              note=f"adaptive: at most {budget} battles of {round_robin}; what the ledger holds "
+                              f"of them is known only as they are chosen"))
+    return lines
+
+
+def plan_run(cfg: RunConfig, store: Store | None, *, prompts: Sequence[Prompt] | None = None,
+             set_name: str = pipeline.TEST_SET, stage: str = "test set",
+             ledger: LedgerView | None = None) -> Plan:
+    """Return the plan of ``arena run`` for ``cfg``: answer calls per contestant, judge calls, tokens, cost.
+
+    ``store`` is the run's workspace if it exists (its ledger makes calls ``cached``), else None.
+    """
+    ledger = ledger or LedgerView(store)
+    prompts = list(prompts) if prompts is not None else pipeline.make_test_set(cfg, store)
+    plan = Plan(kind="run")
+    known = Known()
+    for spec in cfg.models:
+        plan.lines.append(plan_answers(spec, prompts, ledger, stage, known, store, set_name))
+    plan.lines.extend(plan_battles(cfg, prompts, known, ledger, stage))
+    turns = sum(len(p.turns) for p in prompts)
+    plan.notes.append(f"{stage}: {len(prompts)} prompts, {turns} user turns; schedule {cfg.battles.schedule}")
+    return plan

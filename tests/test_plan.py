@@ -1,0 +1,171 @@
+"""`arena plan`: the calls it counts before a run equal the calls the run makes (answers turn by turn, judge
+games by schedule, both orders, per turn), and what it counts as cached is what the ledger serves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from arena_learning import pipeline
+from arena_learning.config import JudgeConfig, RunConfig
+from arena_learning.plan import estimate_tokens, plan_run
+from arena_learning.records import Answer, Prompt
+from arena_learning.store import Store
+
+from .conftest import ARENA, REPO, shared
+from .test_judge_runs import ScriptedJudge
+
+
+@pytest.fixture
+def judge_server():
+    s = ScriptedJudge()
+    yield s
+    s.server.close()
+
+
+def judge(url: str, **extra) -> dict:
+    return {"kind": "llm", "name": "pj", "retries": 0,
+            "model": {"name": "judge", "engine": "openai", "model": "judge", "base_url": url, "price_in": 1.0,
+                      "price_out": 2.0, "params": {"max_tokens": 64}}, **extra}
+
+
+def imported_workspace(path) -> Store:
+    store = Store(path)
+    prompts = [Prompt(id="p1", turns=["Q one"]), Prompt(id="p2", turns=["Q two"]),
+               Prompt(id="p3", turns=["Q three", "Q three, part 2"])]
+    store.put_prompts("open", prompts)
+    for model, word in [("m1", "good"), ("m2", "weak"), ("m3", "meh")]:
+        store.put_answers([Answer(prompt_id=p.id, model=model, turns=[f"a {word} answer {i}" for i, _ in
+                                                                      enumerate(p.turns)]) for p in prompts])
+    # m3 has no answer to p2 (imported answers can be incomplete): p2 has no games with m3
+    store.delete_answers("m3", ["p2"], pipeline.TEST_SET)
+    return store
+
+
+def imported_config(url: str, **battles) -> RunConfig:
+    return RunConfig.model_validate({"name": "plan", "prompts": {"set": "open"},
+                                     "models": [{"name": m, "engine": "imported"} for m in ("m1", "m2", "m3")],
+                                     "judge": judge(url), "battles": battles})
+
+
+def lines(plan, step):
+    return {x.model: x for x in plan.lines if x.step == step}
+
+
+def test_plan_counts_the_judge_calls_the_battles_make_and_what_the_ledger_holds(tmp_path, judge_server):
+    store = imported_workspace(tmp_path / "ws")
+    cfg = imported_config(judge_server.server.url, schedule="baseline", baseline="m1")
+    prompts = pipeline.stage_prompts(cfg, store)
+    plan = plan_run(cfg, store)
+    (j,) = lines(plan, "judge").values()
+    # m2 vs m1 on p1, p2 (1 turn) and p3 (2 turns), both orders: 8; m3 vs m1 on p1, p3 (p2 unanswered): 6
+    assert (j.calls, j.cached, j.to_send) == (14, 0, 14)
+    assert lines(plan, "answer")["m3"].note == "imported: 2 of 3 answers in the workspace"
+    report = pipeline.stage_battle(cfg, store, show_progress=False, prompts=prompts)
+    assert report.stats["cached"] + report.stats["sent"] == j.calls and report.stats["sent"] == j.to_send
+    assert len(judge_server.bodies) == 14
+    # Tokens: the judge prompts sent, characters / 4; output at most max_tokens; cost at the judge's prices.
+    assert j.tokens_in == sum(estimate_tokens(sum(len(m["content"]) for m in b["messages"]))
+                              for b in judge_server.bodies)
+    assert j.tokens_out == sum(b["max_tokens"] for b in judge_server.bodies) == 14 * 512  # the judge folder's
+    assert j.cost == pytest.approx((j.tokens_in * 1.0 + 14 * 512 * 2.0) / 1e6)
+    # The round robin after the baseline run: the pairs with m1 are in the ledger, m2 vs m3 is new.
+    rr = imported_config(judge_server.server.url, schedule="all")
+    (j2,) = lines(plan_run(rr, store), "judge").values()
+    assert (j2.calls, j2.cached, j2.to_send) == (14 + 6, 14, 6)
+    assert j2.tokens_out == 6 * 512
+    again = pipeline.stage_battle(rr, store, show_progress=False, prompts=prompts)
+    assert (again.stats["cached"], again.stats["sent"]) == (14, 6) and len(judge_server.bodies) == 20
+    # A rerun costs nothing.
+    (j3,) = lines(plan_run(rr, store), "judge").values()
+    assert (j3.calls, j3.cached, j3.to_send, j3.cost) == (20, 20, 0, 0.0)
+
+
+def test_single_grading_and_panels_are_counted_as_they_call(tmp_path, judge_server):
+    store = imported_workspace(tmp_path / "ws")
+    single = imported_config(judge_server.server.url, schedule="all").model_copy(
+        update={"judge": JudgeConfig.model_validate(judge(judge_server.server.url, template="single"))})
+    prompts = pipeline.stage_prompts(single, store)
+    (j,) = lines(plan_run(single, store), "judge").values()
+    # each answer graded once per turn: m1, m2 on p1 p2 (1) and p3 (2): 8; m3 on p1, p3: 3
+    assert j.calls == 11
+    report = pipeline.stage_battle(single, store, show_progress=False, prompts=prompts)
+    assert report.stats["sent"] == 11
+    panel = RunConfig.model_validate({
+        "name": "plan", "prompts": {"set": "open"},
+        "models": [{"name": m, "engine": "imported"} for m in ("m1", "m2")],
+        "judge": {"kind": "panel", "name": "panel", "members": [judge(judge_server.server.url, name="a"),
+                                                                 judge(judge_server.server.url, name="b",
+                                                                       both_orders=False)]}})
+    plan = lines(plan_run(panel, store), "judge")
+    assert (plan["a"].calls, plan["b"].calls) == (8, 4)
+    # a and b ask the same judge model: b's one-order games are a's first orders, served by the ledger
+    assert (plan["a"].cached, plan["b"].cached) == (0, 4)
+    before = len(judge_server.bodies)
+    pipeline.stage_battle(panel, store, show_progress=False, prompts=prompts)
+    assert len(judge_server.bodies) - before == 8
+
+
+def test_adaptive_is_planned_as_its_budget(tmp_path, judge_server):
+    store = imported_workspace(tmp_path / "ws")
+    cfg = imported_config(judge_server.server.url, schedule="adaptive", budget=3)
+    (j,) = lines(plan_run(cfg, store), "judge").values()
+    # 3 battles x 2 orders x the mean turns (4/3) of the prompts every model answered (p1, p3)
+    assert j.calls == round(3 * 2 * 1.5) and j.cached is None and "at most 3 battles of 6" in j.note
+
+
+def test_arena_plan_cli_json_and_table(tmp_path, judge_server):
+    store = imported_workspace(tmp_path / "ws")
+    store.close()
+    cfg = imported_config(judge_server.server.url, schedule="all")
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    out = subprocess.run([*ARENA, "plan", str(path), "-w", str(tmp_path / "ws"), "--json"], capture_output=True,
+                         text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    with Store(tmp_path / "ws", readonly=True) as ro:
+        assert got == json.loads(json.dumps(plan_run(cfg, ro).as_json()))
+    assert got["totals"]["calls"] == 20 and got["kind"] == "run" and "characters / 4" in got["tokens"]
+    table = subprocess.run([*ARENA, "plan", str(path), "-w", str(tmp_path / "ws")], capture_output=True, text=True,
+                           cwd=REPO)
+    assert table.returncode == 0 and "to send" in table.stdout and "total" in table.stdout
+    assert not list((tmp_path / "ws").glob("*.yaml"))  # plan writes nothing
+    # Bad input: exit 2 and say what to do.
+    missing = subprocess.run([*ARENA, "plan", str(tmp_path / "nope.yaml")], capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode == 2 and "config file not found" in missing.stderr
+    empty = subprocess.run([*ARENA, "plan", str(path), "-w", str(tmp_path / "none")], capture_output=True, text=True,
+                           cwd=REPO)
+    assert empty.returncode == 2 and "prompts.set 'open'" in empty.stderr and "arena ingest" in empty.stderr
+
+
+@pytest.mark.slow
+def test_plan_equals_the_calls_of_a_multi_turn_run_on_the_bundled_model(tmp_path, judge_server):
+    questions = shared("mt_bench", "question.jsonl")
+    model = {"engine": "llamacpp", "model": "bundled", "mode": "completion", "n_threads": 1,
+             "params": {"max_tokens": 4, "temperature": 0.0, "stop": ["\n"]}}
+    cfg = RunConfig.model_validate({
+        "name": "mt", "prompts": {"path": str(questions), "limit": 3},
+        "models": [{"name": "zero", **model},
+                   {"name": "two", **model, "prompt_format": {"few_shot": [["What is 12 + 7?", "19"],
+                                                                           ["What is 2 + 2?", "4"]]}},
+                   {"name": "chat", **model, "mode": "chat", "chat_format": "gemma"}],
+        "judge": judge(judge_server.server.url), "battles": {"schedule": "target", "target": "zero"}})
+    before = plan_run(cfg, None)
+    answers = lines(before, "answer")
+    assert {m: (x.calls, x.cached) for m, x in answers.items()} == {m: (6, 0) for m in ("zero", "two", "chat")}
+    (j,) = lines(before, "judge").values()
+    assert j.calls == 2 * 3 * 2 * 2  # 2 pairs x 3 prompts x 2 orders x 2 turns
+    with Store(tmp_path / "ws") as store:
+        prompts = pipeline.stage_prompts(cfg, store)
+        report = pipeline.stage_answer(cfg, store, show_progress=False, prompts=prompts)
+        assert {m: s.cached + s.sent for m, s in report.stats.items()} == {m: x.calls for m, x in answers.items()}
+        battle = pipeline.stage_battle(cfg, store, show_progress=False, prompts=prompts)
+        assert battle.stats["cached"] + battle.stats["sent"] == j.calls
+        after = plan_run(cfg, store)
+    # Everything is in the ledger now: the plan says a rerun sends nothing.
+    assert all(x.to_send == 0 and x.cost == 0 for x in after.lines)
+    assert sum(x.cached for x in after.lines) == 18 + 24
