@@ -148,6 +148,34 @@ def test_a_refund_after_the_reply_lets_the_next_request_go_sooner():
     assert asyncio.run(scenario()) < 0.05
 
 
+def test_a_refund_wakes_a_request_already_waiting():
+    async def scenario():
+        bucket = TokenBucket(rate=10.0, capacity=100.0)
+        await bucket.acquire(100)
+        t0 = time.monotonic()
+        waiting = asyncio.ensure_future(bucket.acquire(50))  # would wait 5 s for the refill
+        await asyncio.sleep(0.05)
+        bucket.adjust(+90)  # a reply used far less than its estimate
+        await waiting
+        return time.monotonic() - t0
+
+    assert asyncio.run(scenario()) < 0.5
+
+
+def test_a_tokens_limit_with_small_replies_is_not_held_to_the_estimates(tmp_path):
+    # Each request is estimated at 40 + ~3 tokens but uses 10: with 1000 tokens a minute (16.7 a second, a bucket
+    # of 16.7), waiting on estimates alone would pass one request every 2.6 s; settling by usage passes one every 0.6 s.
+    srv = CountingServer(usage_tokens=10)
+    try:
+        with Store(tmp_path) as store:
+            _, stats, elapsed = ask(store, spec(srv.url, tpm=1000), 6)
+        assert stats.ok == 6
+        assert elapsed < 6.0
+        assert srv.most_in_one_second(srv.tokens) <= 17 + 17 + 10
+    finally:
+        srv.close()
+
+
 @pytest.mark.parametrize("field,value", [("rpm", 0), ("tpm", -5)])
 def test_a_limit_below_one_is_a_config_error_that_names_the_key(field, value):
     with pytest.raises(ConfigError, match=f"models.0.{field}"):

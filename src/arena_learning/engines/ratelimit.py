@@ -36,6 +36,7 @@ class TokenBucket:
         self.level = capacity
         self.stamp = time.monotonic()
         self._lock: asyncio.Lock | None = None
+        self._refunded: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _refill(self) -> None:
@@ -48,19 +49,35 @@ class TokenBucket:
         need = min(amount, self.capacity)
         loop = asyncio.get_running_loop()
         if self._lock is None or self._loop is not loop:
-            self._lock, self._loop = asyncio.Lock(), loop  # a lock belongs to one event loop
+            # Locks and events belong to one event loop.
+            self._lock, self._refunded, self._loop = asyncio.Lock(), asyncio.Event(), loop
+        assert self._refunded is not None
         async with self._lock:  # first come, first served: a large request is not starved by small ones
             while True:
                 self._refill()
                 if self.level >= need:
                     self.level -= amount  # below zero for a request larger than the bucket: a debt
                     return amount
-                await asyncio.sleep((need - self.level) / self.rate)
+                # Wait for the refill, or less if a reply gives back what its estimate took too much.
+                self._refunded.clear()
+                try:
+                    await asyncio.wait_for(self._refunded.wait(), (need - self.level) / self.rate)
+                except asyncio.TimeoutError:
+                    pass
 
     def adjust(self, amount: float) -> None:
         """Give back ``amount`` units (negative: take more, into debt that later waiters pay off)."""
         self._refill()
         self.level = min(self.capacity, self.level + amount)
+        if amount > 0 and self._refunded is not None and self._loop is _running_loop():
+            self._refunded.set()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def estimate_tokens(body: dict[str, Any], max_tokens: int) -> int:
