@@ -207,6 +207,10 @@ def test_bad_judgment_records_are_skipped_with_their_line(tmp_path):
     assert [s.split(": ", 1)[0] for s in got.skipped] == [f"{path}:2", f"{path}:3", f"{path}:4", f"{path}:5"]
     assert "not a judgment record" in got.skipped[1] and "two games" in got.skipped[2]
     assert "is the baseline" in got.skipped[3]
+    single = write_jsonl(tmp_path / "single.jsonl", [{"question_id": 81, "model": "a", "judge": ["g", "s"],
+                                                     "score": 7, "turn": "two"}])
+    got = read_judgments([single])
+    assert not got.judgments and "turn 'two' is not a turn number" in got.skipped[0]
     with pytest.raises(ArenaError, match="unknown judgment format 'csv'"):
         read_judgments([path], fmt="csv")
 

@@ -78,6 +78,14 @@ def split_turn(prompt_id: str) -> tuple[str, int]:
     return prompt_id, 1
 
 
+def _turn(rec: dict[str, Any]) -> int:
+    """Return a FastChat record's turn (1 when absent); ValueError for anything but a whole number from 1."""
+    turn = rec.get("turn", 1)
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+        raise ValueError(f"turn {turn!r} is not a turn number (1, 2, ...)")
+    return turn
+
+
 def judge_name(value: Any) -> str:
     """Return a judge's name from FastChat's ``[model, prompt name]`` pair or a plain string."""
     if isinstance(value, list) and value and isinstance(value[0], str):
@@ -150,7 +158,7 @@ def _fastchat_pair(rec: dict[str, Any], judge: str | None) -> list[Judgment]:
     qid, m1, m2 = rec.get("question_id"), rec.get("model_1"), rec.get("model_2")
     if qid is None or not isinstance(m1, str) or not isinstance(m2, str) or not m1 or not m2 or m1 == m2:
         raise ValueError("FastChat pairwise judgment needs 'question_id' and two different 'model_1', 'model_2'")
-    turn = int(rec.get("turn", 1))
+    turn = _turn(rec)
     pid, name = turn_prompt_id(qid, turn), judge or judge_name(rec.get("judge"))
     out = []
     for n, (first, second) in enumerate(((m1, m2), (m2, m1)), start=1):
@@ -211,7 +219,7 @@ def read_judgments(paths: Sequence[Path], *, baseline: str = ARENA_HARD_BASELINE
                     if score == -1:  # FastChat's mark of a failed grading; show_result.py drops it
                         report.skipped.append(f"{where}: score -1 (FastChat's failed grading) left out")
                         continue
-                    key = (turn_prompt_id(qid, int(rec.get("turn", 1))), judge or judge_name(rec.get("judge")))
+                    key = (turn_prompt_id(qid, _turn(rec)), judge or judge_name(rec.get("judge")))
                     grades[key][model] = (float(score), str(rec.get("judgment") or ""))
                 report.formats.add(kind)
             except (ValueError, TypeError, KeyError) as err:
