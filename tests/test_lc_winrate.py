@@ -169,6 +169,8 @@ def test_lc_winrate_command_table_json_and_errors(tmp_path):
     bad = runner.invoke(app, ["lc-winrate", str(ws), "-r", "gpt-5"])
     assert bad.exit_code == 2 and "the reference 'gpt-5' played no battle here" in bad.output
     assert "gpt4_turbo, verbose" in bad.output
+    unnamed = runner.invoke(app, ["lc-winrate", str(ws)])
+    assert unnamed.exit_code == 2 and "--reference" in unnamed.output
     missing = runner.invoke(app, ["lc-winrate", str(tmp_path / "nowhere"), "-r", "x"])
     assert missing.exit_code == 2 and "not a workspace" in missing.output
 

@@ -166,3 +166,43 @@ def test_failed_judgment_leaves_an_answer_ungraded_only_if_no_other_pair_graded_
     assert rows["z"].ci_low is None and list(rows) == ["x", "y", "z"]
     with pytest.raises(ArenaError, match="no judgments to score"):
         score_table([], [])
+
+
+def test_fastchat_single_judgments_imported_give_the_show_result_table(tmp_path):
+    """MT-Bench's published single grades (FastChat gpt-4_single.jsonl), imported without any run config,
+    give FastChat show_result's numbers: the mean of every valid grade, per turn and per category."""
+    if not QUESTIONS.exists():
+        pytest.skip(f"{QUESTIONS} is absent: the shared data folder (../shared/data) is not beside this checkout")
+    ws = tmp_path / "ws"
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", str(QUESTIONS), "--out", str(ws)]).exit_code == 0
+    rng = random.Random(9)
+    records, kept = [], []
+    for qid in (81, 82, 111, 112):  # two writing, two math questions
+        for model in ("vicuna-13b", "llama-13b"):
+            for turn in (1, 2):
+                score = rng.randint(1, 10)
+                records.append({"question_id": qid, "model": model, "judge": ["gpt-4", "single-v1" if turn == 1
+                                else "single-v1-multi-turn"], "user_prompt": "...", "judgment": f"Rating: [[{score}]]",
+                                "score": score, "turn": turn, "tstamp": 1.0})
+                kept.append((qid, model, turn, score))
+    path = tmp_path / "gpt-4_single.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    imported = runner.invoke(app, ["import-judgments", str(path), "-w", str(ws)])
+    assert imported.exit_code == 0, imported.output
+    no_judge = runner.invoke(app, ["scores", str(ws)])
+    assert no_judge.exit_code == 2 and "--judge" in no_judge.output and "gpt-4" in no_judge.output
+    result = runner.invoke(app, ["scores", str(ws), "--judge", "gpt-4", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["model"]: r for r in json.loads(result.stdout)["models"]}
+
+    def mean(xs):
+        return sum(xs) / len(xs)
+
+    for model, row in rows.items():
+        mine = [(q, t, s) for q, m, t, s in kept if m == model]
+        assert row["mean"] == pytest.approx(mean([s for _, _, s in mine]))
+        for t in (1, 2):
+            assert row["turns"][str(t)]["mean"] == pytest.approx(mean([s for _, tt, s in mine if tt == t]))
+        assert row["categories"]["math"]["mean"] == pytest.approx(mean([s for q, _, s in mine if q > 100]))
+        assert row["graded"] == 4 and row["turns"]["2"]["n"] == 4 and row["categories"]["writing"]["n"] == 4

@@ -305,19 +305,30 @@ def scoring_judge(cfg: RunConfig, name: str | None = None):  # noqa: ANN201 - Ju
     return j
 
 
-def stage_scores(cfg: RunConfig, store: Store, judge: str | None = None, *, bootstrap: int = 1000):  # noqa: ANN201
-    """Return (judge name, rating.scores.ModelScores rows): MT-Bench-style absolute scores of the test set."""
+def stage_scores(cfg: RunConfig | None, store: Store, judge: str | None = None, *, bootstrap: int = 1000,
+                 seed: int = 0):  # noqa: ANN201 - (str, list[rating.scores.ModelScores])
+    """Return (judge name, rating.scores.ModelScores rows): MT-Bench-style absolute scores of the test set.
+
+    ``cfg`` None: a workspace with no run of its own (judgments from `arena import-judgments`);
+    ``judge`` must then be named.
+    """
+    from .arena.peers import split_turn
     from .rating.scores import score_table
 
-    known = {j.name for j in [cfg.judge, *cfg.judge.members]}
+    known = {j.name for j in [cfg.judge, *cfg.judge.members]} if cfg is not None else set()
+    have = sorted({r[0] for r in store.db.execute("SELECT DISTINCT judge FROM judgments")})
+    if judge is None and cfg is None:
+        raise ArenaError(f"{store.root} holds no run config: name the judge with --judge (judges with judgments "
+                         f"here: {', '.join(have) or 'none'})")
     # a judge outside the config (judgments imported with `arena import-judgments`) is taken as it
     # is; score_table refuses grades that differ between the pairs of one answer
     name = judge if judge is not None and judge not in known else scoring_judge(cfg, judge).name
     judgments = store.get_judgments(name)
     if not judgments:
         raise ArenaError(f"{store.root} has no judgments by {name!r}: run `arena battle` (or `arena run`) first, "
-                         f"or name a judge that has some (the run's: {', '.join(sorted(known))})")
-    return name, score_table(judgments, store.get_prompts(TEST_SET), bootstrap=bootstrap, seed=cfg.ratings.seed)
+                         f"or name a judge that has some (here: {', '.join(have) or 'none'})")
+    prompts = store.get_prompts(TEST_SET) or [p for s in store.prompt_sets() for p in store.get_prompts(s)]
+    return name, score_table(judgments, prompts, bootstrap=bootstrap, seed=seed, turn_of=split_turn)
 
 
 def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap: int = 200):  # noqa: ANN201

@@ -64,7 +64,9 @@ def scores_command(
     from ..pipeline import load_saved_config, stage_scores
 
     with _open(workspace) as store:
-        name, rows = stage_scores(load_saved_config(store), store, judge, bootstrap=bootstrap)
+        # judgments imported with `arena import-judgments` need no run config, only --judge
+        cfg = load_saved_config(store) if store.get_meta("config") is not None else None
+        name, rows = stage_scores(cfg, store, judge, bootstrap=bootstrap, seed=cfg.ratings.seed if cfg else 0)
     if json_out:
         sys.stdout.write(json.dumps({"judge": name, "models": [r.as_dict() for r in rows]}, indent=2) + "\n")
         return
@@ -100,7 +102,7 @@ def scores_command(
 @user_errors
 def lc_winrate_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory of a run.")],
-    reference: Annotated[str, typer.Option("--reference", "-r", help="The reference model every model is compared with (AlpacaEval's baseline).")],
+    reference: Annotated[Optional[str], typer.Option("--reference", "-r", help="The reference model every model is compared with (AlpacaEval's baseline; default: the run's battles.baseline).")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CIs (0: none).")] = 200,
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
@@ -108,7 +110,11 @@ def lc_winrate_command(
     from ..pipeline import load_saved_config, stage_lc_winrates
 
     with _open(workspace) as store:
-        rows = stage_lc_winrates(load_saved_config(store), store, reference, bootstrap=bootstrap)
+        cfg = load_saved_config(store)
+        reference = reference or cfg.battles.baseline
+        if reference is None:
+            raise ArenaError("name the reference model with --reference M (the run has no battles.baseline)")
+        rows = stage_lc_winrates(cfg, store, reference, bootstrap=bootstrap)
     if json_out:
         sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
         return

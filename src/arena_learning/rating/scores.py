@@ -11,7 +11,7 @@ left without a grade because their judgment failed.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,29 +51,35 @@ class ModelScores:
         return out
 
 
-def graded_answers(judgments: Sequence[Judgment]) -> tuple[dict[tuple[str, str], list[float]], set[tuple[str, str]]]:
-    """Return ((prompt id, model) -> per-turn grades, the (prompt id, model) answers whose every judgment failed).
+def graded_answers(judgments: Sequence[Judgment], turn_of: Callable[[str], tuple[str, int]] | None = None
+                   ) -> tuple[dict[tuple[str, str], dict[int, float]], set[tuple[str, str]]]:
+    """Return ((prompt id, model) -> turn (from 1) -> grade, the (prompt id, model) answers whose every judgment failed).
 
+    ``turn_of`` maps a judgment's prompt id to (prompt id, its first turn), for judgments made
+    turn by turn under ids of their own (FastChat's second turn imported as ``81#turn2``).
     A failed single-grading judgment does not say which of its two answers failed, so an answer
     counts as failed only when no judgment that succeeded carries its grade. Grades of one answer
     that differ between its pairs mean a pairwise judge: an ArenaError.
     """
-    grades: dict[tuple[str, str], list[float]] = {}
+    grades: dict[tuple[str, str], dict[int, float]] = {}
     in_failed: set[tuple[str, str]] = set()
     for j in judgments:
+        pid, first = turn_of(j.prompt_id) if turn_of is not None else (j.prompt_id, 1)
         pairs = ((j.model_a, j.scores_a), (j.model_b, j.scores_b))
         if j.status != "ok":
-            in_failed.update((j.prompt_id, m) for m, _ in pairs)
+            in_failed.update((pid, m) for m, _ in pairs)
             continue
         for m, s in pairs:
-            if not s:
-                continue
-            seen = grades.setdefault((j.prompt_id, m), [float(x) for x in s])
-            if seen != [float(x) for x in s]:
-                raise ArenaError(
-                    f"judge {j.judge!r} graded {m}'s answer to prompt {j.prompt_id} {seen} in one pair and "
-                    f"{list(s)} in another: its scores depend on the other answer (a pairwise judge), so they are "
-                    "no absolute grades; score with a single-answer judge (template: single) or the verifier")
+            answer = grades.setdefault((pid, m), {})
+            for t, x in enumerate(s, first):
+                seen = answer.setdefault(t, float(x))
+                if seen != float(x):
+                    raise ArenaError(
+                        f"judge {j.judge!r} graded {m}'s answer to prompt {j.prompt_id} (turn {t}) {seen:g} in one "
+                        f"pair and {float(x):g} in another: its scores depend on the other answer (a pairwise "
+                        "judge), so they are no absolute grades; score with a single-answer judge (template: "
+                        "single) or the verifier")
+    grades = {k: dict(sorted(v.items())) for k, v in grades.items() if v}
     return grades, in_failed - set(grades)
 
 
@@ -84,15 +90,17 @@ def score_table(
     bootstrap: int = 1000,
     seed: int = 0,
     ci: float = 0.95,
+    turn_of: Callable[[str], tuple[str, int]] | None = None,
 ) -> list[ModelScores]:
     """Return every model's scores, best mean first (models with no grade last).
 
     ``prompts`` give the categories (a judgment of a prompt not among them counts under
     ``NO_CATEGORY``). The interval resamples prompts, the same resample for every model.
+    ``turn_of``: see ``graded_answers``.
     """
     if not judgments:
         raise ArenaError("no judgments to score: run `arena battle` (or `arena run`) first")
-    grades, failed = graded_answers(judgments)
+    grades, failed = graded_answers(judgments, turn_of)
     category = {p.id: p.category or NO_CATEGORY for p in prompts}
     models = sorted({m for _, m in grades} | {m for _, m in failed})
     pids = sorted({p for p, _ in grades})
@@ -103,13 +111,13 @@ def score_table(
     rows: dict[str, ModelScores] = {m: ModelScores(m, None, None, None, 0, 0) for m in models}
     turn_acc: dict[str, dict[int, list[float]]] = {m: {} for m in models}
     cat_acc: dict[str, dict[str, list[float]]] = {m: {} for m in models}
-    for (pid, m), s in grades.items():
-        sums[m_index[m], p_index[pid]] = sum(s)
-        counts[m_index[m], p_index[pid]] = len(s)
+    for (pid, m), by_turn in grades.items():
+        sums[m_index[m], p_index[pid]] = sum(by_turn.values())
+        counts[m_index[m], p_index[pid]] = len(by_turn)
         rows[m].graded += 1
-        for t, x in enumerate(s, 1):
+        for t, x in by_turn.items():
             turn_acc[m].setdefault(t, []).append(x)
-        cat_acc[m].setdefault(category.get(pid, NO_CATEGORY), []).extend(s)
+        cat_acc[m].setdefault(category.get(pid, NO_CATEGORY), []).extend(by_turn.values())
     for _, m in failed:
         rows[m].failed += 1
     lo = hi = None

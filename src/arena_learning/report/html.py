@@ -354,7 +354,7 @@ def _scores_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
         return ""
     with Store(root, readonly=True) as store:
         try:
-            name, rows = stage_scores(cfg, store, bootstrap=GROUP_BOOTSTRAP * 10)
+            name, rows = stage_scores(cfg, store, bootstrap=GROUP_BOOTSTRAP * 10, seed=cfg.ratings.seed)
         except ArenaError as err:
             return f'<p class="note">{_e(str(err))}</p>'
     turns = sorted({t for r in rows for t in r.turns})
