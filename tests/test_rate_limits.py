@@ -107,17 +107,22 @@ def test_each_endpoint_has_its_own_request_limit(tmp_path):
         b.close()
 
 
-def test_tokens_per_minute_hold_with_the_usage_the_server_reports(tmp_path):
-    # Each reply reports 50 tokens; the estimate before sending is 40 (max_tokens) + ~3 (prompt).
-    srv = CountingServer(usage_tokens=50)
+@pytest.mark.parametrize("used,tpm,n,fastest,slowest,most", [
+    # Replies of 50 tokens (estimated 40 + ~3 before): 12000 a minute is 200 a second, so 16 requests (800 tokens)
+    # take about 3 s, not an instant, and no second sees more than the bucket (200) and its refill (200) + one reply.
+    (50, 12000, 16, 2.0, 7.0, 200 + 200 + 50),
+    # Replies of 10 tokens: 1000 a minute (a bucket of 16.7); waiting on the estimates alone would pass one request
+    # every 2.6 s (16 s in all), settling by usage one every 0.6 s.
+    (10, 1000, 6, 0.0, 6.0, 17 + 17 + 10),
+], ids=["usage-above-estimate", "usage-below-estimate"])
+def test_tokens_per_minute_hold_with_the_usage_the_server_reports(tmp_path, used, tpm, n, fastest, slowest, most):
+    srv = CountingServer(usage_tokens=used)
     try:
         with Store(tmp_path) as store:
-            # 12000 per minute is 200 per second: 16 requests of 50 tokens (800) take about 3 s, not an instant.
-            _, stats, elapsed = ask(store, spec(srv.url, tpm=12000), 16)
-        assert stats.ok == 16
-        assert srv.most_in_one_second(srv.tokens) <= 200 + 200 + 50
-        assert 2.0 <= elapsed <= 7.0
-        assert stats.tokens_in + stats.tokens_out == 800
+            _, stats, elapsed = ask(store, spec(srv.url, tpm=tpm), n)
+        assert stats.ok == n and stats.tokens_in + stats.tokens_out == n * used
+        assert srv.most_in_one_second(srv.tokens) <= most
+        assert fastest <= elapsed <= slowest
     finally:
         srv.close()
 
@@ -160,20 +165,6 @@ def test_a_refund_wakes_a_request_already_waiting():
         return time.monotonic() - t0
 
     assert asyncio.run(scenario()) < 0.5
-
-
-def test_a_tokens_limit_with_small_replies_is_not_held_to_the_estimates(tmp_path):
-    # Each request is estimated at 40 + ~3 tokens but uses 10: with 1000 tokens a minute (16.7 a second, a bucket
-    # of 16.7), waiting on estimates alone would pass one request every 2.6 s; settling by usage passes one every 0.6 s.
-    srv = CountingServer(usage_tokens=10)
-    try:
-        with Store(tmp_path) as store:
-            _, stats, elapsed = ask(store, spec(srv.url, tpm=1000), 6)
-        assert stats.ok == 6
-        assert elapsed < 6.0
-        assert srv.most_in_one_second(srv.tokens) <= 17 + 17 + 10
-    finally:
-        srv.close()
 
 
 @pytest.mark.parametrize("field,value", [("rpm", 0), ("tpm", -5)])
