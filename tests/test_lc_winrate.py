@@ -126,6 +126,15 @@ def test_alpaca_eval_outputs_import_as_answers_that_meet_ingested_prompts(tmp_pa
     assert "reference.jsonl:3" in report.skipped[0] and "no 'generator'" in report.skipped[0]
     assert "reference.jsonl:4" in report.skipped[1] and "'output' must be text" in report.skipped[1]
     assert read_answers([jsonl], model="renamed").answers[0].model == "renamed"
+    # through the commands: the imported answers meet the ingested questions (no orphans reported)
+    ws = tmp_path / "ws"
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", str(questions), "--out", str(ws)]).exit_code == 0
+    result = runner.invoke(app, ["import-answers", str(outputs), "-w", str(ws)])
+    assert result.exit_code == 0, result.output
+    assert "imported 2 answers of my-model" in result.output and "no prompt" not in result.output
+    with Store(ws, readonly=True) as store:
+        assert {a.prompt_id for a in store.get_answers()} == {p.id for p in store.get_prompts("ingested")}
 
 
 def make_alpaca_workspace(tmp_path):

@@ -117,3 +117,21 @@ def test_testset_halves_and_kmeans_clusters_take_precedence_and_bad_groupings_ex
     assert bad.exit_code == 2 and "cannot group by 'colour'" in bad.output and "category, cluster, subset" in bad.output
     none = runner.invoke(app, ["leaderboard", str(ws), "--by", "cluster"])
     assert none.exit_code == 2 and "no battle's prompt has a cluster" in none.output
+
+
+def test_report_has_a_board_per_cluster_when_there_are_few(tmp_path):
+    from arena_learning.report.html import write_report
+
+    cfg = RunConfig.model_validate({"name": "t", "tasks": {"n": 30, "seed": 1}, "ratings": {"bootstrap": 10},
+                                    "models": [{"name": m, "engine": "imported"} for m in ("x", "y", "z")]})
+    ws = tmp_path / "ws"
+    with Store(ws) as store:
+        pipeline.save_config(cfg, store)
+        prompts = [p.model_copy(update={"cluster": f"k{i % 3}"}) for i, p in enumerate(pipeline.stage_prompts(cfg, store))]
+        store.put_prompts("test", prompts)
+        store.replace_battles("verifier", [
+            Battle(prompt_id=p.id, model_a=a, model_b=b, outcome="model_a" if (i + len(a)) % 3 else "model_b",
+                   judge="verifier") for i, p in enumerate(prompts) for a, b in (("x", "y"), ("y", "z"), ("x", "z"))])
+    page = write_report(ws).read_text()
+    assert "3 prompt clusters" in page
+    assert all(f"k{k} (30)" in page for k in range(3))  # 10 prompts x 3 pairs each
