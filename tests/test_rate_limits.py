@@ -76,8 +76,8 @@ def test_requests_per_minute_hold_in_every_second_at_the_server(tmp_path):
         assert len(srv.arrivals) == 60
         # The bucket holds a tenth of a second's share (2): no second sees more than 20 + 2 (+1 for timing).
         assert srv.most_in_one_second() <= 23
-        # And the limit is used, not merely undercut: 60 requests at 20/s take about 3 s.
-        assert 2.5 <= elapsed <= 6.0
+        # And the limit is used, not merely undercut: 60 requests at 20/s take about 3 s (slack for a busy machine).
+        assert 2.5 <= elapsed <= 8.0
     finally:
         srv.close()
 
@@ -101,7 +101,7 @@ def test_each_endpoint_has_its_own_request_limit(tmp_path):
         assert stats.ok == 40 and len(a.arrivals) + len(b.arrivals) == 40
         # Two endpoints at 10/s each: 40 requests take about 2 s, and neither endpoint sees more than 10 + 1 a second.
         assert a.most_in_one_second() <= 12 and b.most_in_one_second() <= 12
-        assert 1.5 <= elapsed <= 5.0
+        assert 1.5 <= elapsed <= 6.0
     finally:
         a.close()
         b.close()
@@ -110,10 +110,10 @@ def test_each_endpoint_has_its_own_request_limit(tmp_path):
 @pytest.mark.parametrize("used,tpm,n,fastest,slowest,most", [
     # Replies of 50 tokens (estimated 40 + ~3 before): 12000 a minute is 200 a second, so 16 requests (800 tokens)
     # take about 3 s, not an instant, and no second sees more than the bucket (200) and its refill (200) + one reply.
-    (50, 12000, 16, 2.0, 7.0, 200 + 200 + 50),
+    (50, 12000, 16, 2.0, 8.0, 200 + 200 + 50),
     # Replies of 10 tokens: 1000 a minute (a bucket of 16.7); waiting on the estimates alone would pass one request
     # every 2.6 s (16 s in all), settling by usage one every 0.6 s.
-    (10, 1000, 6, 0.0, 6.0, 17 + 17 + 10),
+    (10, 1000, 6, 0.0, 8.0, 17 + 17 + 10),
 ], ids=["usage-above-estimate", "usage-below-estimate"])
 def test_tokens_per_minute_hold_with_the_usage_the_server_reports(tmp_path, used, tpm, n, fastest, slowest, most):
     srv = CountingServer(usage_tokens=used)
