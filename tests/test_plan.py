@@ -169,3 +169,75 @@ def test_plan_equals_the_calls_of_a_multi_turn_run_on_the_bundled_model(tmp_path
     # Everything is in the ledger now: the plan says a rerun sends nothing.
     assert all(x.to_send == 0 and x.cost == 0 for x in after.lines)
     assert sum(x.cached for x in after.lines) == 18 + 24
+
+
+# ---- the flywheel, per round and stage (slow: trains) ------------------------------------------------
+
+FLYWHEEL = {
+    "name": "planned",
+    "tasks": {"n": 9, "seed": 0},
+    "target": {"name": "student", "engine": "transformers", "model": "bundled", "mode": "completion",
+               "params": {"max_tokens": 6, "temperature": 0.0, "stop": ["\n"]}},
+    "references": [{"name": "ref-2shot", "engine": "llamacpp", "model": "bundled", "mode": "completion",
+                    "n_threads": 1, "prompt_format": {"few_shot": [["What is 12 + 7?", "19"],
+                                                                   ["What is the capital of Japan?", "Tokyo"]]},
+                    "params": {"max_tokens": 6, "temperature": 0.0, "stop": ["\n"]}}],
+    "judge": {"kind": "verifier"},
+    "pool": {"D0": {"n": 6, "seed": 101}, "D1": {"n": 5, "seed": 102}},
+    "rounds": [{"stages": [{"kind": "sft", "slice": "D0", "selection": "all"}]}],
+    "training": {"sft": {"learning_rate": 1e-4, "epochs": 1, "max_steps": 1, "batch_size": 2, "micro_batch_size": 2,
+                         "max_length": 48, "warmup_ratio": 0.0, "lora": {"r": 2, "alpha": 4}}},
+    "ratings": {"bootstrap": 0},
+    "evaluate": "rounds",
+}
+
+
+@pytest.mark.slow
+def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
+    from arena_learning.config import validate_config
+    from arena_learning.flywheel.plan import plan_flywheel
+    from arena_learning.flywheel.settings import FlywheelConfig
+
+    # The shape of a longer run: dpo and rl (with a reward model) stages, an ablation, evaluation after every stage.
+    longer = validate_config({**FLYWHEEL, "rounds": [
+        {"stages": [{"kind": "sft", "slice": "D0"}]},
+        {"stages": [{"kind": "dpo", "slice": "D1"}, {"kind": "rl", "slice": "D1"}]}],
+        "harvest": {"baselines": ["random"], "replay": True}, "evaluate": "stages",
+        "training": {**FLYWHEEL["training"], "rl": {"reward": "model"}}}, FlywheelConfig, "test")
+    plan = plan_flywheel(longer, None)
+    stages = list(dict.fromkeys(x.stage for x in plan.lines))
+    assert stages == ["r0.0-sft (D0)", "r0.0-sft-random (D0)", "evaluate after r0.0-sft", "r1.0-dpo (D1)",
+                      "r1.0-dpo-random (D1)", "evaluate after r1.0-dpo", "r1.1-rl (D1)", "evaluate after r1.1-rl"]
+    trains = [(x.stage, x.model) for x in plan.lines if x.step == "train"]
+    assert trains == [("r0.0-sft (D0)", "student-r0-sft"), ("r0.0-sft-random (D0)", "student-r0-sft-random"),
+                      ("r1.0-dpo (D1)", "student-r1-dpo"), ("r1.0-dpo-random (D1)", "student-r1-dpo-random"),
+                      ("r1.1-rl (D1)", "student-r1-rl (reward model)"), ("r1.1-rl (D1)", "student-r1-rl")]
+    by = {(x.stage, x.step, x.model): x for x in plan.lines}
+    # D1 is answered once by the dpo stage's model; the rl stage's battles on it need only the new model's answers
+    assert by[("r1.0-dpo (D1)", "answer", "student-r0-sft")].calls == 5
+    assert by[("r1.1-rl (D1)", "answer", "student-r1-dpo")].calls == 5
+    assert ("r1.1-rl (D1)", "answer", "ref-2shot") not in by
+    # every evaluation asks only the models not yet rated: the first one the references, the base, r0 and its ablation
+    firsts = [x.model for x in plan.lines if x.stage == "evaluate after r0.0-sft" and x.step == "answer"]
+    assert firsts == ["ref-2shot", "student-base", "student-r0-sft", "student-r0-sft-random"]
+    assert "sft on <= 6 examples" in by[("r0.0-sft (D0)", "train", "student-r0-sft")].note
+    assert "rm on <= 5 pairs" in by[("r1.1-rl (D1)", "train", "student-r1-rl (reward model)")].note
+    # The run itself: a plan before it (no workspace yet) counts per model the calls the ledger then holds.
+    cfg = validate_config(FLYWHEEL, FlywheelConfig, "test")
+    before = plan_flywheel(cfg, None)
+    planned: dict[str, int] = {}
+    for x in before.lines:
+        planned[x.model] = planned.get(x.model, 0) + x.to_send
+    planned = {m: n for m, n in planned.items() if n}
+    # D0: student-base and the reference 6 each; the test set: 9 each for them and the trained model
+    assert planned == {"student-base": 15, "ref-2shot": 15, "student-r0-sft": 9}
+    from arena_learning.flywheel.rounds import run_flywheel
+
+    with Store(tmp_path / "ws") as store:
+        run_flywheel(cfg, store, show_progress=False)
+        made = dict(store.db.execute("SELECT requested_by, COUNT(*) FROM calls GROUP BY requested_by").fetchall())
+        assert made == planned
+        after = plan_flywheel(cfg, store)
+    # A rerun: the stage is done and every call is in the ledger.
+    assert all(x.to_send == 0 for x in after.lines)
+    assert [x.note for x in after.lines if x.step == "train"][0].startswith("done in an earlier run")

@@ -136,6 +136,17 @@ class LedgerView:
         self.planned |= todo
         return cached, len(todo), out
 
+    def first_time(self, token: str) -> bool:
+        """Return whether a call whose key is not known yet (its text waits on an answer) is new to this plan.
+
+        ``token`` names the call by what makes it (judge, prompt, models, turn), so the same game on
+        the same answers, judged again later in the run, counts as cached.
+        """
+        if token in self.planned:
+            return False
+        self.planned.add(token)
+        return True
+
 
 def _engine(spec: ModelSpec) -> tuple[Engine | None, str]:
     """Return the engine of ``spec`` (to compute ledger keys), or None and why it cannot be built here."""
@@ -172,8 +183,11 @@ class Known:
 
 
 def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView, stage: str, known: Known,
-                 store: Store | None = None, set_name: str = pipeline.TEST_SET) -> PlanLine:
-    """Return the plan of ``spec`` answering ``prompts`` turn by turn; the answers the ledger holds go to ``known``."""
+                 store: Store | None = None, set_name: str = pipeline.TEST_SET, *, fresh: bool = False) -> PlanLine:
+    """Return the plan of ``spec`` answering ``prompts`` turn by turn; the answers the ledger holds go to ``known``.
+
+    ``fresh``: a model the run trains first (nothing of it can be in the ledger).
+    """
     line = PlanLine(stage=stage, step="answer", model=spec.name)
     if spec.engine == "imported":
         have = {a.prompt_id: a for a in store.get_answers(spec.name, set_name)} if store is not None else {}
@@ -184,7 +198,7 @@ def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView,
                 known.absent.add((p.id, spec.name))
         line.note = f"imported: {sum(p.id in have for p in prompts)} of {len(prompts)} answers in the workspace"
         return line
-    engine, why = _engine(spec)
+    engine, why = (None, "trained in this run") if fresh else _engine(spec)
     filler = "x" * (spec.params.max_tokens * CHARS_PER_TOKEN)
     replies: dict[str, list[str] | None] = {p.id: [] for p in prompts}
     turn = 0
@@ -263,13 +277,16 @@ def _judge_lines(jcfg: JudgeConfig, prompts: Sequence[Prompt], pairs: Sequence[t
             if judge is not None and all(ok for _, ok in answers):
                 requests.append(Request.model_construct(messages=msgs, prompt=None, params=judge.rater.params_for(0)))
                 chars_known.append(chars)
-            else:
+            elif ledger.first_time(f"{jcfg.name}|{p.id}|{'|'.join(models)}|{k}"):
                 line.calls += 1
                 line.tokens_in += estimate_tokens(chars)
+            else:  # the same game on the same (not yet made) answers, judged earlier in this run
+                line.calls += 1
+                line.cached = (line.cached or 0) + 1
     if requests:
         cached, sent, comps = ledger.count(judge.engine, requests)  # type: ignore[union-attr]
         line.calls += cached + sent
-        line.cached = cached
+        line.cached = (line.cached or 0) + cached
         line.tokens_in += sum(estimate_tokens(c) for c, comp in zip(chars_known, comps) if comp is None)
     line.tokens_out = line.to_send * _max_out(jcfg, spec)
     line.cost = cost(jcfg.model, line.tokens_in, line.tokens_out)

@@ -98,6 +98,43 @@ def task_slice(spec: SliceSpec, seed: int, exclude: set[str]) -> list[Prompt]:
     return out
 
 
+def arena_config(cfg: FlywheelConfig, models: Sequence[ModelSpec], schedule: str = "all",
+                 target: str | None = None) -> RunConfig:
+    """Return the arena run the flywheel makes of ``models``: its judge, test set and ratings, ``schedule``."""
+    return RunConfig(name=cfg.name, models=list(models), judge=cfg.judge, tasks=cfg.tasks, prompts=cfg.prompts,
+                     ratings=cfg.ratings, battles=BattleConfig(schedule=schedule, target=target))  # type: ignore[arg-type]
+
+
+def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | None) -> dict[str, tuple[list[Prompt], int]]:
+    """Return every slice of ``cfg``'s pool, in pool order: its prompts and how many were dropped as test prompts.
+
+    Slices are disjoint and decontaminated: no test prompt, no few-shot example, no prompt of an
+    earlier slice. A stored set is read from ``store``.
+    """
+    banned = {_norm(t) for p in test for t in p.turns} | {_norm(q) for q in few_shot_questions([cfg.target, *cfg.references])}
+    out: dict[str, tuple[list[Prompt], int]] = {}
+    for pos, (name, spec) in enumerate(cfg.pool.items()):
+        if spec.set is not None:
+            got = store.get_prompts(spec.set) if store is not None else []
+            if not got:
+                raise training.NoTrainingData(f"pool slice {name!r}: the set {spec.set!r} is empty or missing")
+            prompts = [p for p in got if not any(_norm(t) in banned for t in p.turns)]
+            if spec.limit is not None:
+                prompts = prompts[: spec.limit]
+            dropped = len(got) - len(prompts)
+        else:
+            seed = spec.seed if spec.seed is not None else 1000 + pos
+            if seed == cfg.tasks.seed:
+                raise training.NoTrainingData(f"pool slice {name!r}: seed {seed} is the test set's seed; give "
+                                              f"training slices other seeds")
+            prompts, dropped = task_slice(spec, seed, banned), 0
+        overlap = [p.id for p in prompts if any(_norm(t) in banned for t in p.turns)]
+        assert not overlap, f"slice {name} overlaps the test set or few-shot examples: {overlap[:3]}"
+        banned |= {_norm(t) for p in prompts for t in p.turns}
+        out[name] = (prompts, dropped)
+    return out
+
+
 def model_identity(spec: ModelSpec) -> str:
     """Return what makes ``spec``'s answers: its settings and, for a local model, its weights' content."""
     ident = ""
@@ -177,9 +214,7 @@ class Flywheel:
 
     # ---- sets ---------------------------------------------------------------------------
     def run_config(self, models: Sequence[ModelSpec], schedule: str = "all", target: str | None = None) -> RunConfig:
-        return RunConfig(name=self.cfg.name, models=list(models), judge=self.cfg.judge, tasks=self.cfg.tasks,
-                         prompts=self.cfg.prompts, ratings=self.cfg.ratings,
-                         battles=BattleConfig(schedule=schedule, target=target))  # type: ignore[arg-type]
+        return arena_config(self.cfg, models, schedule, target)
 
     def test_prompts(self) -> list[Prompt]:
         if self._test is None:
@@ -188,26 +223,7 @@ class Flywheel:
 
     def make_slices(self) -> None:
         """Make every slice in pool order (disjoint, decontaminated) and store it as a prompt set."""
-        test = self.test_prompts()
-        banned = {_norm(t) for p in test for t in p.turns} | {_norm(q) for q in few_shot_questions([self.cfg.target, *self.refs])}
-        for pos, (name, spec) in enumerate(self.cfg.pool.items()):
-            if spec.set is not None:
-                got = self.store.get_prompts(spec.set)
-                if not got:
-                    raise training.NoTrainingData(f"pool slice {name!r}: the set {spec.set!r} is empty or missing")
-                prompts = [p for p in got if not any(_norm(t) in banned for t in p.turns)]
-                if spec.limit is not None:
-                    prompts = prompts[: spec.limit]
-                dropped = len(got) - len(prompts)
-            else:
-                seed = spec.seed if spec.seed is not None else 1000 + pos
-                if seed == self.cfg.tasks.seed:
-                    raise training.NoTrainingData(f"pool slice {name!r}: seed {seed} is the test set's seed; give "
-                                                  f"training slices other seeds")
-                prompts, dropped = task_slice(spec, seed, banned), 0
-            overlap = [p.id for p in prompts if any(_norm(t) in banned for t in p.turns)]
-            assert not overlap, f"slice {name} overlaps the test set or few-shot examples: {overlap[:3]}"
-            banned |= {_norm(t) for p in prompts for t in p.turns}
+        for name, (prompts, dropped) in slice_prompts(self.cfg, self.test_prompts(), self.store).items():
             self._slices[name] = prompts
             self.store.put_prompts(slice_set(name), prompts)
             self.state["slices"][name] = {"prompts": len(prompts), "dropped_as_test": dropped}
