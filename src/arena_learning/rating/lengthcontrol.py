@@ -12,8 +12,8 @@ and reports the prediction with the length term set to 0, averaged over instruct
 Differences from AlpacaEval, and why: AlpacaEval reads instruction difficulty from a table
 precomputed on its public leaderboard; here it is estimated from the other models' battles
 against the same reference in this workspace (a joint GLM with a term per instruction, each
-model's difficulty fit leaving that model out, so its own outcomes do not leak in). With no
-other model the term is 0. AlpacaEval also regularises towards prompted "gamed" baselines it
+model's difficulty fitted leaving that model out: fitted with its own outcomes, the term would
+soak them up and its weight would grow with the noise). With no other model the term is 0. AlpacaEval also regularises towards prompted "gamed" baselines it
 ships; we have none, and use a mild L2 penalty instead. Its L1 with cross-validated strength
 becomes a fixed L2 here (scikit-learn ``LogisticRegression``), and its standard error a
 bootstrap over prompts (the GLM refitted in every round).
@@ -72,7 +72,8 @@ class _Rows:
     len_ref: np.ndarray
 
 
-def _fit(x: np.ndarray, y: np.ndarray, c: float, solver: str = "newton-cholesky"):  # noqa: ANN202 - sklearn LogisticRegression
+def _fit(x: np.ndarray, y: np.ndarray, c: float, solver: str = "newton-cholesky",
+         tol: float = 1e-8):  # noqa: ANN202 - sklearn LogisticRegression
     """Return a logistic GLM (no intercept) fitted to soft labels ``y`` in [0, 1], as AlpacaEval does:
     every row twice, once labelled 1 with weight y and once labelled 0 with weight 1 - y. Newton's
     method suits the few dense features of one model; the sparse joint fit uses L-BFGS."""
@@ -84,7 +85,7 @@ def _fit(x: np.ndarray, y: np.ndarray, c: float, solver: str = "newton-cholesky"
     stack = sp.vstack([x, x], format="csr") if sp.issparse(x) else np.vstack([x, x])
     labels = np.r_[np.ones(n), np.zeros(n)]
     weights = np.r_[y, 1.0 - y]
-    model = LogisticRegression(C=c, fit_intercept=False, solver=solver, max_iter=1000, tol=1e-8)
+    model = LogisticRegression(C=c, fit_intercept=False, solver=solver, max_iter=1000, tol=tol)
     return model.fit(stack, labels, sample_weight=weights)
 
 
@@ -101,15 +102,20 @@ def _lc(coef: np.ndarray, difficulty: np.ndarray) -> float:
     return float(100.0 * expit(coef[0] + coef[2] * difficulty).mean())
 
 
-def instruction_difficulty(rows: Sequence[_Rows], n_prompts: int) -> np.ndarray:
-    """Return float (n_prompts,): each prompt's term in a joint GLM of ``rows`` (several models against
-    the reference): a term per model, a length slope per model, a term per prompt (0 where unseen)."""
+def leave_one_out_difficulty(rows: Sequence[_Rows], n_prompts: int) -> list[np.ndarray]:
+    """Return, per entry of ``rows``, float (n_prompts,): each prompt's term in a joint GLM of the *other*
+    entries (several models against the reference): a term per model, a length slope per model, a term
+    per prompt (0 where unseen); all zeros for a model alone.
+
+    One design matrix serves every fit: the left-out model's rows are dropped, its columns then
+    have no data and L2 keeps them at 0.
+    """
     import scipy.sparse as sp
 
-    if not rows:
-        return np.zeros(n_prompts)
-    blocks, ys = [], []
     k = len(rows)
+    if k < 2:
+        return [np.zeros(n_prompts) for _ in rows]
+    blocks, ys, owner = [], [], []
     for i, r in enumerate(rows):
         n = len(r.y)
         sd = float(np.std(r.delta))
@@ -120,8 +126,15 @@ def instruction_difficulty(rows: Sequence[_Rows], n_prompts: int) -> np.ndarray:
         prompt = sp.csr_matrix((np.ones(n), (at, r.prompt)), shape=(n, n_prompts))
         blocks.append(sp.hstack([ident, slope, prompt], format="csr"))
         ys.append(r.y)
-    model = _fit(sp.vstack(blocks, format="csr"), np.concatenate(ys), C_DIFFICULTY, solver="lbfgs")
-    return np.asarray(model.coef_[0, 2 * k:], dtype=np.float64)
+        owner.append(np.full(n, i))
+    x, y, who = sp.vstack(blocks, format="csr"), np.concatenate(ys), np.concatenate(owner)
+    out = []
+    for i in range(k):
+        keep = who != i
+        # a feature of the per-model fits, not a reported figure: a tolerance of 1e-5 is ample
+        coef = _fit(x[keep], y[keep], C_DIFFICULTY, solver="lbfgs", tol=1e-5).coef_[0]
+        out.append(np.asarray(coef[2 * k:], dtype=np.float64))
+    return out
 
 
 def lc_win_rates(
@@ -170,11 +183,10 @@ def lc_win_rates(
     n_prompts = len(prompt_ids)
     rng = np.random.default_rng(seed)
     alpha = (1.0 - ci) / 2.0
+    difficulties = leave_one_out_difficulty([rows[m] for m in models], n_prompts)
     out = []
-    for m in models:
+    for m, difficulty in zip(models, difficulties):
         r = rows[m]
-        others = [rows[o] for o in models if o != m]
-        difficulty = instruction_difficulty(others, n_prompts) if others else np.zeros(n_prompts)
         sd = float(np.std(r.delta))
         coef = _fit(_features(r, sd, difficulty), r.y, C_MODEL).coef_[0]
         lc = _lc(coef, difficulty[np.unique(r.prompt)])
