@@ -78,7 +78,7 @@ def test_by_cluster_gives_each_arena_hard_topic_its_own_board(arena_hard_ws):
 
 
 def test_by_category_and_subset_fall_back_to_the_source_and_the_table_names_each_group(arena_hard_ws):
-    ws, _, prompts, battles = arena_hard_ws
+    ws, _, prompts, _ = arena_hard_ws
     runner = CliRunner()
     cat = json.loads(runner.invoke(app, ["leaderboard", str(ws), "--by", "category", "--json"]).stdout)
     assert list(cat["groups"]) == ["arena-hard-v0.1"]

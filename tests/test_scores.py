@@ -15,8 +15,8 @@ from arena_learning import pipeline
 from arena_learning.cli import app
 from arena_learning.config import RunConfig
 from arena_learning.errors import ArenaError
-from arena_learning.records import Answer, Judgment, Prompt
 from arena_learning.rating.scores import score_table
+from arena_learning.records import Answer, Judgment, Prompt
 from arena_learning.report.html import write_report
 from arena_learning.store import Store
 
@@ -39,7 +39,7 @@ class GradingJudge:
         user = (await request.json())["messages"][-1]["content"]
 
         def grade(name):
-            answer = re.search(rf"<<<{name} (\w+)>>>\n(.*?)\n<<<END {name} \1>>>", user, re.S).group(2)
+            answer = re.search(rf"<<<{name} (\w+)>>>\n(.*?)\n<<<END {name} \1>>>", user, re.DOTALL).group(2)
             found = re.search(r"grade (\d+)", answer)
             return None if found is None else int(found.group(1))
 
@@ -112,7 +112,7 @@ def test_scores_per_model_turn_and_category_from_a_single_answer_judge(tmp_path,
     assert table.exit_code == 0, table.output
     assert re.search(r"strong\s+6\.50\s+\S+\s+7\.00 \(20\)\s+6\.00 \(20\)\s+20\s+0", table.stdout), table.stdout
     assert re.search(r"strong\s+5\.00 \(20\)\s+8\.00 \(20\)", table.stdout)  # per category: roleplay, writing
-    assert "1 answers have no grade" in table.output
+    assert "1 answer has no grade" in table.output
     page = write_report(ws).read_text()
     assert "Scores (single-answer grading)" in page and "6.50" in page and "8.00" in page
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .errors import user_errors
-from .tables import fmt, leaderboard_table
 from ..errors import ArenaError
 from ..store import Store
+from .errors import user_errors
+from .tables import fmt, leaderboard_table
 
 SCORES_HELP = (
     "Absolute scores of single-answer grading (MT-Bench style, FastChat's show_result): per model the mean "
@@ -56,7 +56,7 @@ def _open(workspace: Path) -> Store:
 @user_errors
 def scores_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory of a run.")],
-    judge: Annotated[Optional[str], typer.Option(help="Judge whose grades to use (default: the run's judge; a panel member by name).")] = None,
+    judge: Annotated[str | None, typer.Option(help="Judge whose grades to use (default: the run's judge; a panel member by name).")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CI (0: none).")] = 1000,
     json_out: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
 ) -> None:
@@ -83,7 +83,7 @@ def scores_command(
         table.add_row(r.model, fmt(r.mean, 2), ci, *cells, str(r.graded), str(r.failed))
     _out().print(table)
     if len(cats) > 1 or (cats and cats != ["-"]):
-        by_cat = Table(title="mean grade per category (graded turns)", title_justify="left", box=box.SIMPLE_HEAD,
+        by_cat = Table(title="by category (n)", title_justify="left", box=box.SIMPLE_HEAD,
                        padding=(0, 1), pad_edge=False)
         by_cat.add_column("model", no_wrap=True)
         for c in cats:
@@ -94,7 +94,8 @@ def scores_command(
         _out().print(by_cat)
     failed = sum(r.failed for r in rows)
     if failed:
-        Console(stderr=True).print(f"[yellow]{failed} answers have no grade: their judgments failed (kept with the "
+        Console(stderr=True).print(f"[yellow]{failed} answer{'s have' if failed > 1 else ' has'} no grade: "
+                                   "the judgments failed (kept with the "
                                    "judge's raw text; `arena battle` with more `judge.retries` asks again)",
                                    highlight=False, soft_wrap=True)
 
@@ -102,7 +103,7 @@ def scores_command(
 @user_errors
 def lc_winrate_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory of a run.")],
-    reference: Annotated[Optional[str], typer.Option("--reference", "-r", help="The reference model every model is compared with (AlpacaEval's baseline; default: the run's battles.baseline).")] = None,
+    reference: Annotated[str | None, typer.Option("--reference", "-r", help="The reference model every model is compared with (AlpacaEval's baseline; default: the run's battles.baseline).")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CIs (0: none).")] = 200,
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:

@@ -73,13 +73,12 @@ class _Rows:
 
 
 def _fit(x: np.ndarray, y: np.ndarray, c: float, solver: str = "newton-cholesky",
-         tol: float = 1e-8):  # noqa: ANN202 - sklearn LogisticRegression
+         tol: float = 1e-8):
     """Return a logistic GLM (no intercept) fitted to soft labels ``y`` in [0, 1], as AlpacaEval does:
     every row twice, once labelled 1 with weight y and once labelled 0 with weight 1 - y. Newton's
     method suits the few dense features of one model; the sparse joint fit uses L-BFGS."""
-    from sklearn.linear_model import LogisticRegression
-
     import scipy.sparse as sp
+    from sklearn.linear_model import LogisticRegression
 
     n = x.shape[0]
     stack = sp.vstack([x, x], format="csr") if sp.issparse(x) else np.vstack([x, x])
