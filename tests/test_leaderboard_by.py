@@ -115,6 +115,8 @@ def test_testset_halves_and_kmeans_clusters_take_precedence_and_bad_groupings_ex
     runner = CliRunner()
     bad = runner.invoke(app, ["leaderboard", str(ws), "--by", "colour"])
     assert bad.exit_code == 2 and "cannot group by 'colour'" in bad.output and "category, cluster, subset" in bad.output
+    both = runner.invoke(app, ["leaderboard", str(ws), "--by", "category", "--csv", str(tmp_path / "x.csv")])
+    assert both.exit_code == 2 and "goes without --style-control and --csv" in both.output
     none = runner.invoke(app, ["leaderboard", str(ws), "--by", "cluster"])
     assert none.exit_code == 2 and "no battle's prompt has a cluster" in none.output
 

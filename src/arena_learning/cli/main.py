@@ -213,6 +213,8 @@ def leaderboard(
 @app.command()
 @user_errors
 def winrates(
+    if by is not None and (style_control or csv is not None):
+        raise ArenaError("--by prints one board per group: it goes without --style-control and --csv")
     workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
     anchor: Annotated[str | None, typer.Option(help="also give each model's predicted win rate against this model")] = None,
     k: Annotated[float, typer.Option("--elo-k", help="K of the online Elo shown for comparison")] = 4.0,
