@@ -198,3 +198,79 @@ def test_published_alpaca_eval_leaderboard_lc_and_raw_differ_most_for_long_outpu
         "avg_length"].quantile(0.2)
     assert gap[long].median() < 0 < gap[short].median()
     assert read_board(path).layout == "alpaca-eval"
+
+
+class LengthLovingJudge:
+    """A pairwise judge on 127.0.0.1 that prefers the longer answer 4 times in 5 (a coin seeded by the texts)."""
+
+    def __init__(self):
+        from aiohttp import web
+
+        from .conftest import ThreadServer
+
+        self.calls = 0
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.handle)
+        self.server = ThreadServer(app)
+
+    async def handle(self, request):
+        import hashlib
+        import re
+
+        from aiohttp import web
+
+        self.calls += 1
+        user = (await request.json())["messages"][-1]["content"]
+
+        def part(name):
+            return re.search(rf"<<<{name} (\w+)>>>\n(.*?)\n<<<END {name} \1>>>", user, re.DOTALL).group(2)
+
+        a, b = part("ANSWER A"), part("ANSWER B")
+        pair = "|".join(sorted((a, b)))  # the same coin in both orders
+        coin = int(hashlib.sha256(pair.encode()).hexdigest(), 16) % 5
+        longer_wins = coin != 0
+        a_wins = (len(a) > len(b)) == longer_wins
+        text = json.dumps({"explanation": "ok", "score_a": 8 if a_wins else 4, "score_b": 4 if a_wins else 8})
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text},
+                                               "finish_reason": "stop"}],
+                                  "usage": {"prompt_tokens": 10, "completion_tokens": 10}})
+
+
+def test_alpaca_eval_flow_through_the_commands_with_a_judge_on_localhost(tmp_path):
+    """Questions ingested, two generators' outputs imported, battles judged over HTTP by a judge that
+    likes length, then lc-winrate against the run's baseline: raw well above 50, LC back near 50."""
+    rng = np.random.default_rng(2)
+    n = 150
+    questions = [{"instruction": f"Explain topic number {i}.", "output": "", "generator": "gpt4_turbo",
+                  "dataset": "helpful_base"} for i in range(n)]
+    (tmp_path / "alpaca_eval.json").write_text(json.dumps(questions))
+    ref = [{**q, "output": f"Reference {i}. " + "r" * int(rng.integers(400, 800))} for i, q in enumerate(questions)]
+    verbose = [{**q, "output": f"Verbose {i}. " + "v" * int(len(ref[i]["output"]) + rng.normal(250, 250)),
+                "generator": "verbose"} for i, q in enumerate(questions)]
+    (tmp_path / "ref.json").write_text(json.dumps(ref))
+    (tmp_path / "verbose.jsonl").write_text("\n".join(json.dumps(r) for r in verbose) + "\n")
+    judge = LengthLovingJudge()
+    try:
+        config = tmp_path / "ae.yaml"
+        config.write_text(
+            "name: ae\nprompts: {set: ingested}\nratings: {bootstrap: 20}\n"
+            "models:\n  - {name: gpt4_turbo, engine: imported}\n  - {name: verbose, engine: imported}\n"
+            "battles: {schedule: baseline, baseline: gpt4_turbo}\n"
+            f"judge: {{kind: llm, name: lj, template: pairwise, model: {{name: j, engine: openai, model: j, "
+            f"base_url: '{judge.server.url}'}}}}\n")
+        ws = tmp_path / "ws"
+        runner = CliRunner()
+        for args in (["ingest", str(tmp_path / "alpaca_eval.json"), "--out", str(ws)],
+                     ["import-answers", str(tmp_path / "ref.json"), str(tmp_path / "verbose.jsonl"), "-w", str(ws)],
+                     ["battle", str(config), "-w", str(ws)]):
+            result = runner.invoke(app, args)
+            assert result.exit_code == 0, (args, result.output)
+        assert judge.calls == 2 * n  # both orders
+        result = runner.invoke(app, ["lc-winrate", str(ws), "--json"])
+        assert result.exit_code == 0, result.output
+        (row,) = json.loads(result.stdout)
+        assert row["reference"] == "gpt4_turbo" and row["battles"] == n
+        assert row["win_rate"] > 62 and row["win_low"] > 50
+        assert row["lc_low"] <= 50 <= row["lc_high"] and row["lc_win_rate"] < row["win_rate"] - 10
+    finally:
+        judge.server.close()
