@@ -18,6 +18,7 @@ from arena_learning.curate.ingest import ingest
 from arena_learning.rating.boards import read_board
 from arena_learning.rating.lengthcontrol import lc_win_rates
 from arena_learning.records import Answer, Battle, Prompt
+from arena_learning.report.html import write_report
 from arena_learning.store import Store
 
 from .conftest import SHARED_DATA
@@ -272,5 +273,8 @@ def test_alpaca_eval_flow_through_the_commands_with_a_judge_on_localhost(tmp_pat
         assert row["reference"] == "gpt4_turbo" and row["battles"] == n
         assert row["win_rate"] > 62 and row["win_low"] > 50
         assert row["lc_low"] <= 50 <= row["lc_high"] and row["lc_win_rate"] < row["win_rate"] - 10
+        page = write_report(ws).read_text()
+        assert "Length-controlled win rate" in page and f"{row['lc_win_rate']:.1f}" in page
+        assert f"{row['win_rate']:.1f}" in page
     finally:
         judge.server.close()

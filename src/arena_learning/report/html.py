@@ -188,6 +188,8 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
     scores = _scores_html(root, cfg)
     if scores:
         sections.append(("scores", "Scores (single-answer grading)", scores))
+    if cfg.battles.baseline:
+        sections.append(("lc", "Length-controlled win rate", _lc_html(root, cfg)))
 
     # -- judge
     jd = []
@@ -374,6 +376,31 @@ def _scores_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
             "(graded turns in brackets); failed: answers whose judgment failed, left without a grade. The same "
             "table in the terminal: <code>arena scores WS</code>.</p>"
             f'<div class="wide">{_table(head, body)}</div>')
+
+
+def _lc_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
+    """Return the raw and length-controlled win rates against the run's baseline (AlpacaEval 2)."""
+    from ..pipeline import stage_lc_winrates
+
+    with Store(root, readonly=True) as store:
+        try:
+            rows = stage_lc_winrates(cfg, store, cfg.battles.baseline)
+        except ArenaError as err:
+            return f'<p class="note">{_e(str(err))}</p>'
+
+    def ci(lo: float | None, hi: float | None) -> str:
+        return f"{_num(lo)} .. {_num(hi)}" if lo is not None and hi is not None else "-"
+
+    body = [[_e(r.model), _num(r.lc_win_rate), ci(r.lc_low, r.lc_high), _num(r.win_rate), ci(r.win_low, r.win_high),
+             str(r.battles), f"{r.avg_length:.0f}", f"{r.length_coef:+.2f}"] for r in rows]
+    return (f'<p class="note">Win rate against <b>{_e(cfg.battles.baseline)}</b> in percent (ties half), raw and '
+            "length-controlled as AlpacaEval 2 computes it: a logistic model of the judge's preference with terms "
+            "for the model, the normalised length difference and the prompt's difficulty, predicted with no length "
+            f"difference. 95% CIs by bootstrap over prompts; the reference's answers average "
+            f"{rows[0].reference_avg_length:.0f} characters. The same table in the terminal: "
+            "<code>arena lc-winrate WS</code>.</p>"
+            + _table(["model", "LC win rate", "95% CI", "win rate", "95% CI", "battles", "avg length", "length coef"],
+                     body))
 
 
 def _cluster_html(cmap: dict[str, Any], per_cluster: list[dict[str, Any]] | None, prompts: list[Prompt]) -> str:
