@@ -175,6 +175,30 @@ def test_sft_launched_with_accelerate_on_one_cpu_trains_what_in_process_training
 
 
 @pytest.mark.slow
+def test_two_processes_train_one_model_with_the_configured_batch(tmp_path):
+    """torchrun with 2 CPU processes (DDP over gloo): the ranks share each optimizer step's batch_size examples,
+    the model gathered from the ranks is written once, by the main process."""
+    data = json.loads(json.dumps(CONFIG))
+    data["training"]["sft"] = {**TINY, "micro_batch_size": 1, "threads": 1}
+    data["training"]["launch"] = {"launcher": "torchrun", "num_processes": 2}
+    cfg = validate_config(data, FlywheelConfig, "test")
+    with Store(tmp_path / "ws") as store:
+        res = Flywheel(cfg, store, show_progress=False, say=lambda _: None).train_one(
+            "sft", "bundled", tmp_path / "ddp", items=sft_items())
+    log = (tmp_path / "ddp" / "launch.log").read_text()
+    assert "--nproc_per_node 2" in log.splitlines()[0]
+    assert log.count('{"kind": "sft"') == 2  # each rank ends with its summary
+    assert res.steps == 1 and train.stage_done(tmp_path / "ddp")
+    losses = json.loads((tmp_path / "ddp" / "losses.json").read_text())
+    # 2 examples per step (1 per process, no accumulation) of 4: half an epoch, as in one process
+    assert losses["done"] and [e["epoch"] for e in losses["log"] if "loss" in e] == [0.5]
+    assert not list((tmp_path / "ddp").glob(".model*"))  # no partial or gathered leftovers
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(res.model_dir).num_parameters() > 1e8
+
+
+@pytest.mark.slow
 def test_reward_model_launched_with_torchrun_saves_a_one_score_classifier(tmp_path):
     cfg = config({"launcher": "torchrun", "num_processes": 1})
     with Store(tmp_path / "ws") as store:

@@ -226,7 +226,9 @@ def _common_args(s: TrainSettings, work: Path, n_rows: int, run: RunOptions | No
         "num_train_epochs": s.epochs,
         "max_steps": s.max_steps,
         "per_device_train_batch_size": s.micro,
-        "gradient_accumulation_steps": s.accumulation,
+        # batch_size is examples per optimizer step whatever the number of processes (WORLD_SIZE, set by the launchers)
+        "gradient_accumulation_steps": max(1, s.batch_size // (s.micro * int(os.environ.get("WORLD_SIZE", "1")))),
+        "ddp_find_unused_parameters": False,  # LoRA and full fine-tuning use every trainable weight
         "lr_scheduler_type": s.lr_scheduler,
         "warmup_steps": s.warmup_ratio,
         "weight_decay": s.weight_decay,
