@@ -150,6 +150,8 @@ class LedgerView:
 
 def _engine(spec: ModelSpec) -> tuple[Engine | None, str]:
     """Return the engine of ``spec`` (to compute ledger keys), or None and why it cannot be built here."""
+    if spec.engine not in ("llamacpp", "openai", "transformers"):
+        return None, f"ledger not checked: a {spec.engine} engine loads its model when it starts"
     try:
         return build_engine(spec), ""
     except ArenaError as err:
