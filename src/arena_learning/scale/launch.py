@@ -129,15 +129,23 @@ def check_launchable(settings: LaunchSettings) -> None:
                           f"`arena flywheel CONFIG --print-launch` shows the commands without running them")
 
 
-def run_launch(argv: Sequence[str], log_file: str | Path) -> None:
-    """Run ``argv`` with its output in ``log_file``; raise LaunchError with the log's tail if it fails."""
+def run_launch(argv: Sequence[str], log_file: str | Path, *, echo: bool = True) -> None:
+    """Run ``argv``, its output into ``log_file`` (and stderr when ``echo``); raise LaunchError with the log's tail
+    if it fails."""
     log = Path(log_file)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w", encoding="utf-8") as fh:
         fh.write(f"$ {shell_line(argv)}\n")
         fh.flush()
-        proc = subprocess.run(list(argv), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
-    if proc.returncode != 0:
+        with subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              text=True, errors="replace") as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:  # the trainers' progress, as it comes (stdout stays for results)
+                fh.write(line)
+                if echo:
+                    sys.stderr.write(line)
+        code = proc.returncode
+    if code != 0:
         tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:])
-        raise LaunchError(f"the training launch failed (exit {proc.returncode}); its log is {log}; last lines:\n"
+        raise LaunchError(f"the training launch failed (exit {code}); its log is {log}; last lines:\n"
                           f"{tail}\ncommand: {shell_line(argv)}")
