@@ -225,3 +225,24 @@ def test_a_failed_launch_names_its_log_and_leaves_no_model(tmp_path):
         with pytest.raises(LaunchError, match=r"exit \d+\); its log is .*launch.log"):
             fw.train_one("sft", str(broken), tmp_path / "bad", items=sft_items())
     assert not train.stage_done(tmp_path / "bad")
+
+
+@pytest.mark.slow
+def test_a_flywheel_round_trains_through_the_launcher_and_rates_the_model(tmp_path):
+    from arena_learning.flywheel.rounds import run_flywheel
+
+    from .test_plan import FLYWHEEL
+
+    data = json.loads(json.dumps(FLYWHEEL))
+    data["training"]["launch"] = {"launcher": "accelerate", "accelerate_config": "multi_gpu", "num_processes": 1,
+                                  "cpu": True}
+    cfg = validate_config(data, FlywheelConfig, "test")
+    with Store(tmp_path / "ws") as store:
+        report = run_flywheel(cfg, store, show_progress=False)
+    stage = tmp_path / "ws" / "flywheel" / "round-0" / "0-sft"
+    job = read_job(stage / "job.json")
+    assert job.data == str(stage / "train.jsonl") and len(Path(job.data).read_text().splitlines()) == 6
+    assert "accelerate" in (stage / "launch.log").read_text().splitlines()[0]
+    (rnd,) = report.rounds
+    assert rnd["model"] == "student-r0-sft" and rnd["sft_examples"] == 6 and rnd["train_loss"] is not None
+    assert rnd["rating"] is not None  # the launched model answered the test set and was rated
