@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml Makefile src/arena_learning/engines/llama_build.py
 	# ~/.cache/arena-learning/wheels, never taken from pip's cache (see engines/llama_build.py)
 	$(PY) src/arena_learning/engines/llama_build.py
 	# torch is pinned to the CPU build that lies on disk (see pyproject.toml)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# Ray (the `ray` extra) too: its backend's tests run a real local Ray instance
+	$(PY) -m pip install --quiet -e '.[dev,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -10,13 +10,14 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "src" / "arena_learning"
 # package -> packages (of arena_learning) it must never import
 FORBIDDEN = {
-    "engines": {"arena", "curate", "rating", "report", "cli", "flywheel", "pipeline"},
+    "engines": {"arena", "curate", "rating", "report", "cli", "flywheel", "pipeline", "scale"},
     "tasks": {"arena", "curate", "engines", "rating", "report", "cli", "flywheel", "pipeline"},
     "curate": {"arena", "cli", "report", "flywheel", "pipeline"},
     "rating": {"arena", "curate", "engines", "cli", "report", "flywheel", "pipeline"},
     "arena": {"cli", "report", "flywheel", "pipeline", "curate"},
     "report": {"cli"},
     "flywheel": {"cli", "report"},
+    "scale": {"cli", "report", "arena", "curate", "rating"},
 }
 
 

@@ -164,10 +164,10 @@ class ModelSpec(Section):
     """A contestant (or judge) model: which engine runs it and how it is prompted."""
 
     name: str = Field(min_length=1)
-    engine: Literal["llamacpp", "openai", "imported", "transformers"] = Field(
+    engine: Literal["llamacpp", "openai", "imported", "transformers", "vllm"] = Field(
         description="llamacpp (in-process GGUF), openai (any OpenAI-compatible endpoint), imported "
-        "(answers loaded with `arena import-answers`, no model to run) or transformers (in-process Hugging Face "
-        "model folder, batched; what the flywheel trains)"
+        "(answers loaded with `arena import-answers`, no model to run), transformers (in-process Hugging Face "
+        "model folder, batched; what the flywheel trains) or vllm (in-process vLLM offline batches; needs a GPU)"
     )
     model: str = Field("bundled", description="'bundled', a GGUF path (llamacpp), a served model id (openai) or a "
                        "Hugging Face model folder, a GGUF path or 'bundled' (transformers)")
@@ -193,6 +193,11 @@ class ModelSpec(Section):
     # transformers
     batch_size: int = Field(16, ge=1, description="transformers: prompts generated together in one batch")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="transformers: weights' dtype")
+    # vllm
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="vllm: more arguments of vllm.LLM(...), e.g. tensor_parallel_size, "
+        "gpu_memory_utilization, quantization (they load the model; they are not part of the ledger key)"
+    )
     # openai-compatible
     base_url: str | list[str] | None = None
     api_key_env: str | None = Field(None, description="name of the environment variable that holds the API key")
@@ -346,6 +351,30 @@ class RatingConfig(Section):
     seed: int = 0
 
 
+class ScaleResources(Section):
+    """What one engine actor of a model needs on the Ray cluster, and how many of them run."""
+
+    replicas: int = Field(1, ge=1, description="engine actors of the model (each loads the model once)")
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+
+
+class ScaleConfig(Section):
+    """Where the model calls run: in this process (local) or in engine actors on a Ray cluster (ray).
+
+    The ledger stays in the driver (this process): every result is written there as its batch
+    returns, so resume and no-double-calls hold exactly as in a local run.
+    """
+
+    backend: Literal["local", "ray"] = "local"
+    address: str | None = Field(None, description="ray: the cluster ('auto', 'ray://host:10001'); "
+                                "none starts a Ray instance on this machine")
+    batch_size: int = Field(32, ge=1, description="ray: requests sent to an actor in one task")
+    defaults: ScaleResources = Field(default_factory=ScaleResources, description="ray: each model's actors")
+    models: dict[str, ScaleResources] = Field(default_factory=dict, description="ray: per-model overrides, by name")
+    max_restarts: int = Field(3, ge=-1, description="ray: restarts of a dead engine actor (its batch is retried)")
+
+
 class RunConfig(Section):
     """One arena run: a test set, contestants, a judge, ratings."""
 
@@ -357,6 +386,7 @@ class RunConfig(Section):
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     battles: BattleConfig = Field(default_factory=BattleConfig)
     ratings: RatingConfig = Field(default_factory=RatingConfig)
+    scale: ScaleConfig = Field(default_factory=ScaleConfig)
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
@@ -384,6 +414,11 @@ class RunConfig(Section):
                 raise ValueError(f"battles.{key} {value!r} is not one of the models: {', '.join(names)}")
         if self.battles.schedule in ("baseline", "target") and getattr(self.battles, self.battles.schedule) is None:
             raise ValueError(f"battles.schedule {self.battles.schedule!r} needs battles.{self.battles.schedule}")
+        known = {*names, *(j.model.name for j in [self.judge, *self.judge.members] if j.model is not None)}
+        unknown = sorted(set(self.scale.models) - known)
+        if unknown:
+            raise ValueError(f"scale.models names {', '.join(unknown)}, not a contestant or judge model: "
+                             f"{', '.join(sorted(known))}")
         if self.ratings.anchor is not None and self.ratings.anchor not in names:
             raise ValueError(f"ratings.anchor {self.ratings.anchor!r} is not one of the models: {', '.join(names)}")
         return self

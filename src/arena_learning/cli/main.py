@@ -19,6 +19,7 @@ from .errors import user_errors
 from .tables import print_leaderboard
 from ..errors import ArenaError
 from ..records import Rating
+from ..scale import scaled
 from ..store import Store
 
 app = typer.Typer(
@@ -39,10 +40,22 @@ WorkspaceOpt = Annotated[
 SetOpt = Annotated[
     list[str] | None, typer.Option("--set", help="override a config field, e.g. --set tasks.n=90 (repeatable)")
 ]
+RayOpt = Annotated[
+    str | None, typer.Option("--ray", help="run the model calls in engine actors on a Ray cluster: its address "
+                             "('auto', 'ray://host:10001') or 'local' (start Ray here); see scale: in the config")
+]
 
 
-def _open(config: Path, workspace: Path | None, overrides: list[str] | None) -> tuple[RunConfig, Store]:
-    cfg = load_config_file(config, RunConfig, overrides)
+def ray_overrides(address: str | None) -> list[str]:
+    """Return the config overrides that ``--ray ADDRESS`` stands for."""
+    if address is None:
+        return []
+    return ["scale.backend=ray", f"scale.address={'null' if address == 'local' else address}"]
+
+
+def _open(config: Path, workspace: Path | None, overrides: list[str] | None,
+          ray: str | None = None) -> tuple[RunConfig, Store]:
+    cfg = load_config_file(config, RunConfig, [*(overrides or []), *ray_overrides(ray)])
     store = Store(pipeline.workspace_for(cfg, workspace))
     pipeline.save_config(cfg, store)
     return cfg, store
@@ -69,11 +82,11 @@ def print_call_stats(report: pipeline.AnswerReport, store: Store) -> None:
 
 @app.command()
 @user_errors
-def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None,
+def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None, ray: RayOpt = None,
         json_out: Annotated[bool, typer.Option("--json", help="print the leaderboard as JSON")] = False) -> None:
     """Run every stage: test set, answers, battles, leaderboard."""
-    cfg, store = _open(config, workspace, set_)
-    with store:
+    cfg, store = _open(config, workspace, set_, ray)
+    with store, scaled(cfg.scale):
         prompts = pipeline.stage_prompts(cfg, store)
         source = "the built-in task suite" if cfg.prompts is None else (cfg.prompts.set or cfg.prompts.path)
         err_console.print(f"test set: {len(prompts)} prompts from {source}; workspace {store.root}")
@@ -95,19 +108,19 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None,
 
 @app.command()
 @user_errors
-def answer(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None) -> None:
+def answer(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None, ray: RayOpt = None) -> None:
     """Have every contestant answer the test set (cached in the ledger)."""
-    cfg, store = _open(config, workspace, set_)
-    with store:
+    cfg, store = _open(config, workspace, set_, ray)
+    with store, scaled(cfg.scale):
         print_call_stats(pipeline.stage_answer(cfg, store), store)
 
 
 @app.command()
 @user_errors
-def battle(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None) -> None:
+def battle(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None, ray: RayOpt = None) -> None:
     """Judge every pair of contestants on every prompt they both answered."""
-    cfg, store = _open(config, workspace, set_)
-    with store:
+    cfg, store = _open(config, workspace, set_, ray)
+    with store, scaled(cfg.scale):
         report = pipeline.stage_battle(cfg, store)
         print_battle_report(cfg, report, store)
 
@@ -200,12 +213,20 @@ def leaderboard(
         return
     if not (workspace / "arena.db").is_file():
         raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
+    if by is not None and (style_control or csv is not None):
+        raise ArenaError("--by prints one board per group: it goes without --style-control and --csv")
     if style_control:
         _style_board(workspace, json_out)
+        return
+    if by is not None:
+        from .scores import print_group_boards
+
+        print_group_boards(workspace, by, json_out)
         return
     ratings = pipeline.workspace_board(workspace)
     if csv is not None:
         from ..rating.export import write_leaderboard_csv
+
         write_leaderboard_csv(ratings, csv)
     _emit_board(ratings, json_out)
 
@@ -213,8 +234,6 @@ def leaderboard(
 @app.command()
 @user_errors
 def winrates(
-    if by is not None and (style_control or csv is not None):
-        raise ArenaError("--by prints one board per group: it goes without --style-control and --csv")
     workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
     anchor: Annotated[str | None, typer.Option(help="also give each model's predicted win rate against this model")] = None,
     k: Annotated[float, typer.Option("--elo-k", help="K of the online Elo shown for comparison")] = 4.0,
@@ -225,11 +244,6 @@ def winrates(
     from ..rating.elo import online_elo
     from ..rating.winrate import observed_win_matrix, predicted_win_matrix, win_rate_vs
 
-    if by is not None:
-        from .scores import print_group_boards
-
-        print_group_boards(workspace, by, json_out)
-        return
     if not (workspace / "arena.db").is_file():
         raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
     with Store(workspace, readonly=True) as store:
@@ -478,7 +492,9 @@ def _register_extensions() -> None:
     curate_commands.register(app)
     audit_commands.register(app)
     from .view import register as register_view; register_view(app)  # noqa: E702
+    from .scores import register as register_scores; register_scores(app)  # noqa: E702
     from .flywheel import register as register_flywheel; register_flywheel(app)  # noqa: E702
+    from .plan import register as register_plan; register_plan(app)  # noqa: E702
     from .peers import register as register_peers; register_peers(app)  # noqa: E702
 
 
@@ -487,5 +503,3 @@ _register_extensions()
 
 def main() -> None:  # pragma: no cover
     app()
-    from .scores import register as register_scores; register_scores(app)  # noqa: E702
-    from .plan import register as register_plan; register_plan(app)  # noqa: E702

@@ -2,25 +2,57 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from ..config import ModelSpec
 from ..errors import EngineError
 from .base import Completion, Engine, Request
 
-__all__ = ["Completion", "Engine", "Request", "build_engine"]
+__all__ = ["Completion", "Engine", "Request", "build_engine", "engine_class", "placed"]
+
+ENGINES = ("llamacpp", "openai", "transformers", "vllm")
+
+# Where engines run: None = in this process; else a function that returns an engine running the
+# spec elsewhere (the Ray backend's actors). Set for a block of work with ``placed``.
+_PLACEMENT: ContextVar[Callable[[ModelSpec], Engine] | None] = ContextVar("engine_placement", default=None)
 
 
-def build_engine(spec: ModelSpec) -> Engine:
-    """Return the engine that runs ``spec``."""
+def engine_class(spec: ModelSpec) -> type[Engine]:
+    """Return the class of the engine that runs ``spec`` (imports its module, loads no model)."""
     if spec.engine == "llamacpp":
         from .llamacpp import LlamaCppEngine
 
-        return LlamaCppEngine(spec)
+        return LlamaCppEngine
     if spec.engine == "openai":
         from .openai_compat import OpenAIEngine
 
-        return OpenAIEngine(spec)
+        return OpenAIEngine
     if spec.engine == "transformers":
         from .transformers_engine import TransformersEngine
 
-        return TransformersEngine(spec)
-    raise EngineError(f"model {spec.name!r}: unknown engine {spec.engine!r} (use 'llamacpp', 'openai' or 'transformers')")
+        return TransformersEngine
+    if spec.engine == "vllm":
+        from .vllm_engine import VLLMEngine
+
+        return VLLMEngine
+    raise EngineError(f"model {spec.name!r}: unknown engine {spec.engine!r} (use one of: {', '.join(ENGINES)})")
+
+
+def build_engine(spec: ModelSpec, *, local: bool = False) -> Engine:
+    """Return the engine that runs ``spec``: here, or where ``placed`` puts engines (``local`` forces here)."""
+    place = None if local else _PLACEMENT.get()
+    if place is not None:
+        return place(spec)
+    return engine_class(spec)(spec)
+
+
+@contextmanager
+def placed(factory: Callable[[ModelSpec], Engine] | None) -> Iterator[None]:
+    """Within the block, ``build_engine`` returns ``factory(spec)`` (None: engines run in this process)."""
+    token = _PLACEMENT.set(factory)
+    try:
+        yield
+    finally:
+        _PLACEMENT.reset(token)

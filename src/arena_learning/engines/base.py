@@ -8,6 +8,7 @@ call goes through the ledger (``engines.calls``), never to an engine directly.
 from __future__ import annotations
 
 import abc
+import asyncio
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -110,6 +111,56 @@ class Engine(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections or models."""
+
+
+class BatchedEngine(Engine):
+    """An in-process engine that answers queued requests in batches, one batch at a time on ``worker``.
+
+    ``complete`` queues a request; one drain task on the event loop takes a batch (``take_batch``:
+    by default everything queued) and runs ``generate_batch`` on the worker thread. Failures reach
+    every caller of the batch.
+    """
+
+    worker: Any = None  # a ThreadPoolExecutor with one thread: the model is used by one thread only
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__(spec)
+        self._pending: list[tuple[Request, asyncio.Future]] = []
+        self._drainer: asyncio.Task | None = None
+
+    async def complete(self, request: Request) -> Completion:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
+        self._pending.append((request, fut))
+        if self._drainer is None or self._drainer.done() or self._drainer.get_loop() is not loop:
+            self._drainer = loop.create_task(self._drain())
+        return await fut
+
+    def take_batch(self) -> list[tuple[Request, asyncio.Future]]:
+        """Remove and return the next batch of queued requests (default: all of them)."""
+        batch, self._pending = self._pending, []
+        return batch
+
+    @abc.abstractmethod
+    def generate_batch(self, requests: list[Request]) -> list[Completion | BaseException]:
+        """Return a completion or the exception of each request; run on ``worker``."""
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            # Let the callers that are about to queue a request do so, so batches fill up.
+            for _ in range(3):
+                await asyncio.sleep(0)
+            batch = self.take_batch()
+            try:
+                results: list[Any] = await loop.run_in_executor(self.worker, self.generate_batch,
+                                                                [r for r, _ in batch])
+            except Exception as err:  # noqa: BLE001 - every caller of the batch must hear of it
+                failure = err if isinstance(err, CallFailed) else CallFailed(f"{self.kind}: {err!r}")
+                results = [failure] * len(batch)
+            for (_, fut), res in zip(batch, results):
+                if not fut.done():
+                    (fut.set_exception if isinstance(res, BaseException) else fut.set_result)(res)
 
 
 def render_completion_prompt(fmt: PromptFormat, messages: list[dict[str, str]]) -> str:

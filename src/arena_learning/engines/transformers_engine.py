@@ -32,7 +32,8 @@ from typing import Any
 
 from ..config import ModelSpec
 from ..errors import EngineError
-from .base import CallFailed, Completion, Engine, Request, RequestTooLarge, completion_stops, render_completion_prompt
+from .base import (BatchedEngine, CallFailed, Completion, Request, RequestTooLarge, completion_stops,
+                   render_completion_prompt)
 from .control_tokens import neutralise_messages
 from .bundled import BUNDLED_NAME, bundled_model_path, cache_dir
 from .identity import content_identity
@@ -198,16 +199,15 @@ def release_models() -> None:
 # ---- the engine --------------------------------------------------------------------
 
 
-class TransformersEngine(Engine):
+class TransformersEngine(BatchedEngine):
     kind = "transformers"
     in_process = True
+    worker = _WORKER
 
     def __init__(self, spec: ModelSpec):
         super().__init__(spec)
         self.folder = resolve_hf_folder(spec.model)
         self._model_id: str | None = None
-        self._pending: list[tuple[Request, asyncio.Future]] = []
-        self._drainer: asyncio.Task | None = None
 
     @property
     def model_id(self) -> str:
@@ -230,40 +230,14 @@ class TransformersEngine(Engine):
         params["dtype"] = self.spec.dtype  # float32 and bfloat16 answers differ
         return params
 
-    async def complete(self, request: Request) -> Completion:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future = loop.create_future()
-        self._pending.append((request, fut))
-        if self._drainer is None or self._drainer.done() or self._drainer.get_loop() is not loop:
-            self._drainer = loop.create_task(self._drain())
-        return await fut
-
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._pending:
-            # Let the callers that are about to queue a request do so, so batches fill up.
-            for _ in range(3):
-                await asyncio.sleep(0)
-            first, _ = self._pending[0]
-            group = self._group(first)
-            batch = [(r, f) for r, f in self._pending if self._group(r) == group][: self._batch_limit(first)]
-            taken = {id(f) for _, f in batch}
-            self._pending = [(r, f) for r, f in self._pending if id(f) not in taken]
-            try:
-                results = await loop.run_in_executor(_WORKER, self.generate_batch, [r for r, _ in batch])
-            except Exception as err:  # noqa: BLE001 - every caller of the batch must hear of it
-                failure = err if isinstance(err, CallFailed) else CallFailed(f"transformers: {err!r}")
-                for _, f in batch:
-                    if not f.done():
-                        f.set_exception(failure)
-                continue
-            for (_, f), res in zip(batch, results):
-                if f.done():
-                    continue
-                if isinstance(res, BaseException):
-                    f.set_exception(res)
-                else:
-                    f.set_result(res)
+    def take_batch(self) -> list[tuple[Request, asyncio.Future]]:
+        # Requests with the same sampling params, up to the batch limit, in the order queued.
+        first, _ = self._pending[0]
+        group = self._group(first)
+        batch = [(r, f) for r, f in self._pending if self._group(r) == group][: self._batch_limit(first)]
+        taken = {id(f) for _, f in batch}
+        self._pending = [(r, f) for r, f in self._pending if id(f) not in taken]
+        return batch
 
     def _params(self, request: Request) -> dict[str, Any]:
         return {**self.default_params(), **request.params}
