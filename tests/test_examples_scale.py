@@ -189,3 +189,31 @@ def test_the_pages_arena_plan_is_what_plan_gives(tmp_path, monkeypatch):
                rf"{x['to_send']:,}\s+{x['tokens_in']:,}\s+{x['tokens_out']:,}")
         assert re.search(row, page), f"docs/scale.md's plan has no row {x}"
     assert f"{plan['totals']['calls']:,}" in page
+
+
+@pytest.mark.slow
+def test_the_pages_flywheel_plan_is_what_plan_gives(tmp_path):
+    """Rebuild the page's test set and nine slices from the public data and recompute its flywheel plan."""
+    test_files = [DATA / "mt_bench" / "question.jsonl", DATA / "vicuna_bench" / "question.jsonl"]
+    pool_file = DATA / "arena-hard-v0.1" / "question.jsonl"
+    missing = [str(f) for f in [*test_files, pool_file] if not f.is_file()]
+    if missing:
+        pytest.skip(f"public data not here: {', '.join(missing)}")
+    ws = tmp_path / "ws"
+    res = runner.invoke(app, ["ingest", *map(str, test_files), "--out", str(ws), "--set-name", "testset/mix", "-q"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["pool", "build", str(EXAMPLES / "paper-pool.yaml"), "-w", str(ws), "-q",
+                              "--set", f"sources=[{{path: {pool_file}}}]", "--set", "slices.n_clusters=20"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["plan", str(EXAMPLES / "paper-flywheel.yaml"), "-w", str(ws), "--json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.output)
+    page = DOC.read_text(encoding="utf-8")
+    rows = [x for x in plan["lines"] if x["step"] != "train"]
+    assert len(rows) == 72
+    for x in rows:
+        row = (rf"{re.escape(x['stage'])}\s+{x['step']}\s+{re.escape(x['model'])}\s+{x['calls']:,}\s+{x['cached']:,}\s+"
+               rf"{x['to_send']:,}\s+{x['tokens_in']:,}\s+{x['tokens_out']:,}")
+        assert re.search(row, page), f"docs/scale.md's flywheel plan has no row {x}"
+    tot = plan["totals"]
+    assert re.search(rf"total\s+{tot['calls']:,}\s+{tot['cached']:,}\s+{tot['to_send']:,}", page)
