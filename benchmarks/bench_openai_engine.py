@@ -47,6 +47,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_server() -> tuple[subprocess.Popen, str]:
+    """Start the instant server in its own process; return it and its base URL once it listens."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    for _ in range(200):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
 def judge_messages(i: int) -> list[dict[str, str]]:
     # A judge-sized request: a question and two answers of ~1 KB each.
     return [{"role": "system", "content": "You are a judge."},
@@ -85,15 +97,8 @@ def main() -> int:
     from arena_learning.engines.base import Request
     from arena_learning.store import Store
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
-    url = f"http://127.0.0.1:{port}/v1"
+    server, url = start_server()
     try:
-        for _ in range(100):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
         spec = ModelSpec(name="judge", engine="openai", model="m", base_url=url, concurrency=args.concurrency)
         requests = [Request(messages=judge_messages(i)) for i in range(args.n)]
         asyncio.run(raw_aiohttp(url, 200, args.concurrency))  # warm up both sides

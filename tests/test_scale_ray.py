@@ -132,6 +132,11 @@ def test_ray_backend_errors_are_clear(tmp_path, cluster, monkeypatch):
                                                    "models.gemma-270m-0shot.model=/nonexistent/model.gguf"])
     with Store(tmp_path / "ws") as store, scaled(cfg.scale), pytest.raises(EngineError, match="/nonexistent/model.gguf"):
         pipeline.stage_answer(cfg, store, show_progress=False)
+    # More than the cluster has: an error that says what and what to do, not an actor pending forever.
+    cfg = load_config_file(QUICKSTART, RunConfig, ["tasks.n=3", "scale.backend=ray", "scale.defaults.replicas=5"])
+    with Store(tmp_path / "ws2") as store, scaled(cfg.scale), \
+            pytest.raises(EngineError, match=r"need 5 CPU \(5 replicas\), the Ray cluster has 2 CPU"):
+        pipeline.stage_answer(cfg, store, show_progress=False)
     monkeypatch.setitem(sys.modules, "ray", None)
     from arena_learning.scale.ray_backend import import_ray
 
@@ -149,3 +154,34 @@ def test_arena_run_with_ray_flag(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "gemma-270m-8shot" in proc.stdout
     assert sqlite3.connect(ws / "arena.db").execute("SELECT count(*) FROM calls").fetchone()[0] == 27
+
+
+def test_flywheel_round_through_ray(tmp_path):
+    """`arena flywheel --ray local`: the references, the target and the trained model answer in engine actors."""
+    import json
+    import subprocess
+
+    import yaml
+
+    from .test_flywheel_rounds import CONFIG
+
+    data = json.loads(json.dumps(CONFIG))
+    data["rounds"] = data["rounds"][:1]
+    data["training"]["sft"]["max_steps"] = 1
+    data["evaluate_base"] = True
+    cfg = tmp_path / "fw.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    ws = tmp_path / "ws"
+    proc = subprocess.run([*ARENA, "flywheel", str(cfg), "-w", str(ws), "--ray", "local", "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = json.loads(proc.stdout)
+    assert [r["round"] for r in table["rounds"]] == [0] and table["rounds"][0]["rating"] is not None
+    assert table["base"]["rating"] is not None and table["references"][0]["rating"] is not None
+    with sqlite3.connect(ws / "arena.db") as db:
+        by_engine = dict(db.execute("SELECT engine, COUNT(*) FROM calls GROUP BY engine").fetchall())
+        models = {m for (m,) in db.execute("SELECT DISTINCT model FROM calls WHERE engine='transformers'")}
+        attempts = {a for (a,) in db.execute("SELECT DISTINCT attempts FROM calls")}
+    assert by_engine.get("llamacpp", 0) > 0 and by_engine.get("transformers", 0) > 0
+    assert len(models) == 2, models  # the untrained target and the round-1 model (another content, another key)
+    assert attempts == {1}

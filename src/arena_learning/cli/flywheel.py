@@ -117,11 +117,16 @@ def flywheel_command(
     print_launch: Annotated[bool, typer.Option("--print-launch", help="print the command that trains each stage "
                                                "(training.launch: inprocess, accelerate or torchrun) and exit; "
                                                "runs nothing")] = False,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="run the battles' model calls in engine actors on a "
+                                               "Ray cluster: its address ('auto', 'ray://host:10001') or 'local'; "
+                                               "see scale: in the config")] = None,
 ) -> None:
     from ..flywheel.rounds import launch_plan, run_flywheel, save_flywheel_config
     from ..flywheel.settings import BASELINES, FlywheelConfig
+    from ..scale import scaled
+    from .main import ray_overrides
 
-    cfg = load_config_file(config, FlywheelConfig, set_)
+    cfg = load_config_file(config, FlywheelConfig, [*(set_ or []), *ray_overrides(ray)])
     chosen = None
     if baselines is not None:
         chosen = [b.strip() for b in baselines.split(",") if b.strip()]
@@ -132,7 +137,7 @@ def flywheel_command(
     if print_launch:
         print_launch_plan(launch_plan(cfg, ws, chosen), json_out)
         return
-    with Store(ws) as store:
+    with Store(ws) as store, scaled(cfg.scale):
         save_flywheel_config(cfg, store)
         report = run_flywheel(cfg, store, baselines=chosen)
     if json_out:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from ..config import JudgeConfig, ModelSpec, PromptsConfig, RatingConfig, Section, TasksConfig
+from ..config import JudgeConfig, ModelSpec, PromptsConfig, RatingConfig, ScaleConfig, Section, TasksConfig
 from ..scale.launch import LaunchSettings
 
 PAPER = {
@@ -225,6 +225,9 @@ class FlywheelConfig(Section):
     evaluate: Literal["stages", "rounds"] = Field("stages", description="rate the model after every stage, or "
                                                   "only after every round")
     evaluate_base: bool = Field(True, description="rate the untrained target too")
+    scale: ScaleConfig = Field(default_factory=ScaleConfig, description="where the battles' model calls run (ray: "
+                               "engine actors on a Ray cluster; a trained model's folder must be on storage every "
+                               "node sees); training runs as training.launch says")
 
     @model_validator(mode="after")
     def _check(self) -> FlywheelConfig:

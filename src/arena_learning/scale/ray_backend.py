@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,24 +98,44 @@ def _cause(err: BaseException) -> BaseException:
 
 
 class ActorPool:
-    """The engine actors of one model's weights and resources; batches go to the least busy one."""
+    """The engine actors of one model's weights and resources; batches go to the least busy one.
 
-    def __init__(self, ray: Any, resources: ScaleResources, max_restarts: int, secrets: dict[str, str], label: str):
-        self.ray = ray
-        remote = ray.remote(EngineHost).options(
+    Actors start on first use (``ensure``); an idle pool may be stopped to make room for another
+    (a flywheel makes a new model every round) and starts again, reloading its model, when used.
+    """
+
+    def __init__(self, backend: RayBackend, resources: ScaleResources, secrets: dict[str, str], label: str):
+        self.backend = backend
+        self.ray = backend.ray
+        self.resources = resources
+        self.secrets = secrets
+        self.label = label
+        max_restarts = backend.scale.max_restarts
+        self.remote = self.ray.remote(EngineHost).options(
             num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_restarts=max_restarts,
             # A batch on an actor that died is run again on the restarted actor.
             max_task_retries=-1 if max_restarts != 0 else 0, max_concurrency=1000,
         )
-        self.actors = [remote.remote(secrets) for _ in range(resources.replicas)]
-        self.load = [0] * len(self.actors)
-        self.label = label
+        self.actors: list[Any] = []
+        self.load: list[int] = []
+
+    def ensure(self) -> None:
+        """Start the actors if they are not running (making room on the cluster first)."""
+        if not self.actors:
+            self.backend.make_room(self)
+            self.actors = [self.remote.remote(self.secrets) for _ in range(self.resources.replicas)]
+            self.load = [0] * len(self.actors)
+
+    @property
+    def idle(self) -> bool:
+        return not any(self.load)
 
     def pick(self) -> int:
         return min(range(len(self.actors)), key=self.load.__getitem__)
 
     def model_id(self, spec_json: str) -> str:
         """Load the model in every actor (errors surface now, not mid-run) and return its identity."""
+        self.ensure()
         try:
             ids = self.ray.get([a.model_id.remote(spec_json) for a in self.actors])
         except Exception as err:  # noqa: BLE001 - Ray wraps what the actor raised
@@ -133,7 +154,7 @@ class ActorPool:
     def shutdown(self) -> None:
         for actor in self.actors:
             self.ray.kill(actor)
-        self.actors = []
+        self.actors, self.load = [], []
 
 
 class RayEngine(Engine):
@@ -190,6 +211,7 @@ class RayEngine(Engine):
             task.add_done_callback(self._tasks.discard)
 
     async def _run(self, batch: list[tuple[Request, asyncio.Future]]) -> None:
+        self.pool.ensure()
         i = self.pool.pick()
         self.pool.load[i] += len(batch)
         try:
@@ -235,8 +257,33 @@ class RayBackend:
             secrets = {}
             if spec.api_key_env and os.environ.get(spec.api_key_env):
                 secrets[spec.api_key_env] = os.environ[spec.api_key_env]
-            self.pools[key] = ActorPool(self.ray, res, self.scale.max_restarts, secrets, f"model {spec.name!r}")
+            self.pools[key] = ActorPool(self, res, secrets, f"model {spec.name!r}")
         return RayEngine(spec, self.pools[key], self.scale.batch_size)
+
+    def make_room(self, pool: ActorPool, wait_s: float = 30.0) -> None:
+        """Stop idle pools (oldest first) until ``pool``'s actors fit on the cluster; say so if they never can."""
+        res = pool.resources
+        need = {"CPU": res.num_cpus * res.replicas, "GPU": res.num_gpus * res.replicas}
+        total = self.ray.cluster_resources()
+        short = {k: v for k, v in need.items() if v > total.get(k, 0) + 1e-9}
+        if short:
+            have = ", ".join(f"{total.get(k, 0):g} {k}" for k in short)
+            raise EngineError(f"{pool.label}: its engine actors need {', '.join(f'{v:g} {k}' for k, v in short.items())} "
+                              f"({res.replicas} replicas), the Ray cluster has {have}: lower scale.models/defaults "
+                              f"(replicas, num_cpus, num_gpus) or add nodes")
+
+        def fits() -> bool:
+            free = self.ray.available_resources()
+            return all(free.get(k, 0) + 1e-9 >= v for k, v in need.items() if v > 0)
+
+        for other in list(self.pools.values()):
+            if fits():
+                return
+            if other is not pool and other.actors and other.idle:
+                other.shutdown()
+                deadline = time.monotonic() + wait_s  # a killed actor's resources come back shortly
+                while not fits() and time.monotonic() < deadline:
+                    time.sleep(0.1)
 
     def shutdown(self) -> None:
         for pool in self.pools.values():
