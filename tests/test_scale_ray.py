@@ -185,3 +185,20 @@ def test_flywheel_round_through_ray(tmp_path):
     assert by_engine.get("llamacpp", 0) > 0 and by_engine.get("transformers", 0) > 0
     assert len(models) == 2, models  # the untrained target and the round-1 model (another content, another key)
     assert attempts == {1}
+
+
+def test_rate_limits_are_shared_out_among_replicas_and_scale_names_are_checked():
+    from arena_learning.config import ModelSpec
+    from arena_learning.config import validate_config
+    from arena_learning.errors import ConfigError
+    from arena_learning.flywheel.settings import FlywheelConfig
+    from arena_learning.scale.ray_backend import actor_spec
+
+    spec = ModelSpec(name="api", engine="openai", model="m", base_url="http://127.0.0.1:1/v1", rpm=600, tpm=90000)
+    shared = actor_spec(spec, 4)
+    assert (shared.rpm, shared.tpm, shared.concurrency) == (150, 22500, spec.concurrency)
+    assert actor_spec(spec, 1) is spec
+    from .test_flywheel_rounds import CONFIG
+
+    with pytest.raises(ConfigError, match="scale.models names nobody"):
+        validate_config({**CONFIG, "scale": {"backend": "ray", "models": {"nobody": {"replicas": 2}}}}, FlywheelConfig)

@@ -99,3 +99,13 @@ def test_the_demo_test_set_holds_none_of_its_own_few_shot_examples():
     assert {p.turns[0] for p in plain} & shots  # the seed does generate some of them
     prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, exclude=shots)
     assert len(prompts) == cfg.tasks.n and not {p.turns[0] for p in prompts} & shots
+
+
+def test_asking_the_suite_for_more_than_it_has_is_a_clear_cli_error(tmp_path):
+    import subprocess
+
+    from .conftest import ARENA, REPO
+
+    proc = subprocess.run([*ARENA, "answer", str(REPO / "examples" / "quickstart.yaml"), "-w", str(tmp_path / "ws"),
+                           "--set", "tasks.n=5000"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "set tasks.n lower" in proc.stderr and "Traceback" not in proc.stderr

@@ -246,6 +246,11 @@ class FlywheelConfig(Section):
                 if st.kind == "rl" and self.training.rl.reward == "verifier" and self.pool[st.slice].set is not None:
                     raise ValueError(f"rounds.{r}: an rl stage with reward 'verifier' needs task-suite prompts; slice "
                                      f"{st.slice!r} is a stored set (use reward: model)")
+        known = {*names, *(j.model.name for j in [self.judge, *self.judge.members] if j.model is not None)}
+        unknown = sorted(set(self.scale.models) - known)
+        if unknown:
+            raise ValueError(f"scale.models names {', '.join(unknown)}, not the target, a reference or a judge model: "
+                             f"{', '.join(sorted(known))} (a trained model's actors take scale.defaults)")
         if self.judge.kind == "verifier" and self.prompts is not None:
             raise ValueError("judge 'verifier' scores task-suite prompts only; open prompts need an LLM judge")
         return self

@@ -160,7 +160,7 @@ class ActorPool:
 class RayEngine(Engine):
     """A spec's engine run by an :class:`ActorPool`; keyed in the ledger as the local engine would be."""
 
-    def __init__(self, spec: ModelSpec, pool: ActorPool, batch_size: int):
+    def __init__(self, spec: ModelSpec, pool: ActorPool, batch_size: int, remote_spec: ModelSpec | None = None):
         super().__init__(spec)
         cls = engine_class(spec)
         self.kind = cls.kind
@@ -170,7 +170,7 @@ class RayEngine(Engine):
         Engine.__init__(self.shadow, spec)
         self.pool = pool
         self.batch_size = batch_size
-        self.spec_json = spec.model_dump_json()
+        self.spec_json = (remote_spec or spec).model_dump_json()  # what the actors build; keys use ``spec``
         self._model_id = pool.model_id(self.spec_json)
         self._pending: list[tuple[Request, asyncio.Future]] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -235,6 +235,18 @@ class RayEngine(Engine):
                 fut.set_exception((RequestTooLarge if status == "too_large" else CallFailed)(value))
 
 
+def actor_spec(spec: ModelSpec, replicas: int) -> ModelSpec:
+    """Return the spec each of ``replicas`` actors runs: an endpoint's rpm/tpm limits shared out among them.
+
+    The limits are the provider's, per endpoint: N actors each holding the whole limit would send N
+    times it. (``concurrency`` stays per actor: in-flight requests are what the actors add.)
+    """
+    if replicas == 1 or (spec.rpm is None and spec.tpm is None):
+        return spec
+    share = {k: max(1, getattr(spec, k) // replicas) for k in ("rpm", "tpm") if getattr(spec, k) is not None}
+    return spec.model_copy(update=share)
+
+
 @dataclass
 class RayBackend:
     """Engine actor pools on a Ray cluster, one per (weights, resources), made when a stage first needs them."""
@@ -258,7 +270,7 @@ class RayBackend:
             if spec.api_key_env and os.environ.get(spec.api_key_env):
                 secrets[spec.api_key_env] = os.environ[spec.api_key_env]
             self.pools[key] = ActorPool(self, res, secrets, f"model {spec.name!r}")
-        return RayEngine(spec, self.pools[key], self.scale.batch_size)
+        return RayEngine(spec, self.pools[key], self.scale.batch_size, actor_spec(spec, res.replicas))
 
     def make_room(self, pool: ActorPool, wait_s: float = 30.0) -> None:
         """Stop idle pools (oldest first) until ``pool``'s actors fit on the cluster; say so if they never can."""

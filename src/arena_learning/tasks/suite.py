@@ -14,6 +14,7 @@ import random
 import re
 from collections.abc import Callable
 
+from ..errors import ConfigError
 from ..records import Prompt
 
 CAPITALS = {
@@ -137,6 +138,10 @@ CHECKERS: dict[str, Callable[[str, str, dict], float]] = {
     "exact": check_exact,
     "list": check_list,
 }
+
+
+class SuiteTooSmall(ConfigError, ValueError):
+    """More distinct prompts asked of the suite (or of some categories) than it can make."""
 
 
 def check_turns(prompt: Prompt, answers: list[str]) -> list[float]:
@@ -263,7 +268,9 @@ def generate_tasks(n: int, seed: int = 0, categories: list[str] | None = None,
         question, ref, checker, meta = GENERATORS[cat](rng)
         attempts += 1
         if attempts > 50 * n + 1000:
-            raise ValueError(f"cannot make {n} distinct prompts from categories {cats}; ask for fewer")
+            raise SuiteTooSmall(f"the built-in task suite cannot make {n} distinct prompts from categories "
+                                f"{', '.join(cats)} (it made {len(out)}): set tasks.n lower, or use open prompts "
+                                f"(prompts: set or path) for a larger test set")
         if question in seen or question.strip().lower() in banned:
             continue
         seen.add(question)
