@@ -105,6 +105,16 @@ def test_deepspeed_configs_need_gpus_and_deepspeed():
     check_launchable(LaunchSettings(launcher="accelerate", accelerate_config="multi_gpu"))
 
 
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None, reason="deepspeed is installed here")
+def test_a_flywheel_that_cannot_launch_says_so_before_its_first_battle(tmp_path):
+    from arena_learning.flywheel.rounds import run_flywheel
+
+    with Store(tmp_path / "ws") as store:
+        with pytest.raises(LaunchError, match="pip install deepspeed"):
+            run_flywheel(config({"launcher": "accelerate", "accelerate_config": "zero2"}), store, show_progress=False)
+        assert store.db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 0
+
+
 def test_print_launch_lists_every_stage_without_making_the_workspace(tmp_path):
     cfg_file = tmp_path / "fw.yaml"
     cfg_file.write_text(yaml.safe_dump(CONFIG))

@@ -575,6 +575,8 @@ def launch_plan(cfg: FlywheelConfig, workspace: str | Path, baselines: Sequence[
 def run_flywheel(cfg: FlywheelConfig, store: Store, *, show_progress: bool = True,
                  baselines: Sequence[str] | None = None) -> FlywheelReport:
     """Run (or resume) the flywheel ``cfg`` in ``store``'s workspace; return the round table."""
+    # A launch that cannot work here (DeepSpeed not installed) is said before the first round's battles.
+    check_launchable(cfg.training.launch)
     return Flywheel(cfg, store, show_progress=show_progress, baselines=baselines).run()
 
 
