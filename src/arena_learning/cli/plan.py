@@ -100,7 +100,10 @@ def print_plan(plan, ws: Path) -> None:  # noqa: ANN001 - plan.Plan
     t = Table(title=f"plan ({plan.kind}; workspace {ws})", title_justify="left", box=box.SIMPLE_HEAD,
               padding=(0, 1), pad_edge=False)
     for col in ("stage", "step", "model", "calls", "cached", "to send", "tokens in", "tokens out <=", "cost"):
-        t.add_column(col, justify="left" if col in ("stage", "step", "model") else "right", no_wrap=True)
+        if col in ("stage", "step", "model"):  # long flywheel stage and model names fold, never cut off
+            t.add_column(col, justify="left", overflow="fold")
+        else:
+            t.add_column(col, justify="right", no_wrap=True)
     for x in plan.lines:
         if x.step == "train":
             t.add_row(x.stage, x.step, x.model, "", "", "", "", "", "", style="dim")

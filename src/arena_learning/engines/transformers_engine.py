@@ -181,6 +181,10 @@ def load_model(folder: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
                 raise EngineError(f"transformers could not load {folder}: {err}") from err
             clear_quantization(model)
             model.eval()
+            import torch
+
+            if torch.cuda.is_available():  # a GPU machine (a flywheel at scale) generates there
+                model.to("cuda")
             if tok.pad_token_id is None:
                 tok.pad_token = tok.eos_token
             _MODELS[key] = (model, tok)
@@ -325,7 +329,7 @@ class TransformersEngine(BatchedEngine):
             gen.update(stop_strings=all_stops, tokenizer=tok)
         try:
             with torch.inference_mode():
-                seqs = model.generate(**enc, **gen)
+                seqs = model.generate(**enc.to(model.device), **gen)
         except (RuntimeError, ValueError) as err:
             raise CallFailed(f"transformers: generation failed: {err}") from err
         elapsed = time.perf_counter() - start
