@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import signal
 import sqlite3
 import sys
@@ -202,3 +203,46 @@ def test_rate_limits_are_shared_out_among_replicas_and_scale_names_are_checked()
 
     with pytest.raises(ConfigError, match="scale.models names nobody"):
         validate_config({**CONFIG, "scale": {"backend": "ray", "models": {"nobody": {"replicas": 2}}}}, FlywheelConfig)
+
+
+def test_an_api_key_never_reaches_the_workspace_or_rays_logs(tmp_path):
+    """An openai model with api_key_env through `arena run --ray local`: authenticated calls, and the key is in
+    none of the workspace's files, the output, or the files of the Ray session the run started."""
+    import glob
+    import hashlib
+    import subprocess
+
+    from .conftest import write_config
+    from .test_faults import serve
+
+    secret = "sk-ray-" + hashlib.sha1(str(tmp_path).encode()).hexdigest()
+    srv = serve(None, api_key=secret)
+    before = set(glob.glob("/tmp/ray/session_2*"))
+    try:
+        cfg = write_config(tmp_path / "c.yaml", f"""
+name: secret
+tasks: {{n: 6}}
+models:
+  - {{name: a, engine: openai, model: m, base_url: "{srv.url}", api_key_env: ARENA_RAY_SECRET, params: {{max_tokens: 8}}}}
+  - {{name: b, engine: openai, model: m, revision: r2, base_url: "{srv.url}", api_key_env: ARENA_RAY_SECRET,
+      params: {{max_tokens: 9}}}}
+ratings: {{bootstrap: 5}}
+""")
+        ws = tmp_path / "ws"
+        proc = subprocess.run([*ARENA, "run", str(cfg), "-w", str(ws), "--ray", "local"], capture_output=True,
+                              text=True, env={**os.environ, "ARENA_RAY_SECRET": secret}, timeout=600)
+    finally:
+        srv.close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with sqlite3.connect(ws / "arena.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM calls WHERE status='ok'").fetchone()[0] == 12
+    assert secret not in proc.stdout + proc.stderr
+    sessions = set(glob.glob("/tmp/ray/session_2*")) - before
+    files = [p for d in [ws, *map(Path, sessions)] for p in Path(d).rglob("*") if p.is_file() and not p.is_symlink()]
+    assert any(p.name == "arena.db" for p in files) and any("raylet" in p.name for p in files)
+    for p in files:
+        try:
+            data = p.read_bytes()
+        except OSError:  # sockets and files Ray removed meanwhile
+            continue
+        assert secret.encode() not in data, p
