@@ -354,3 +354,28 @@ def test_records_of_a_json_object_are_reported_at_their_own_line(tmp_path):
     assert [p.id for p in report.prompts] == [rows[0]["uid"], rows[2]["uid"], rows[3]["uid"]]
     bad_line = text[: text.index('"uid": "bad"')].count("\n")  # the line of the record's '{'
     assert [(p.where, p.kind) for p in report.problems] == [(f"{path}:{bad_line}", "bad_record")]
+
+
+def test_a_prompt_sets_own_jsonl_copy_is_read_back_whole(tmp_path):
+    """`sets/<name>.jsonl` (what `arena testset build` writes) ingested again keeps every field, so a run reading its
+    test set from the file can still be broken down by cluster and subset."""
+    from arena_learning.curate.ingest import ingest
+    from arena_learning.curate.runs import save_set, set_path
+    from arena_learning.curate.settings import SourceSpec
+    from arena_learning.records import Prompt
+    from arena_learning.store import Store
+
+    prompts = [Prompt(id="p1", turns=["Write a poem.", "Shorter."], source="arena-hard", category="writing",
+                      cluster="c3", difficulty=7.5, reference=None, meta={"subset": "hard", "source_cluster": "poems"}),
+               Prompt(id="p2", turns=["What is 2+2?"], source="mt_bench", cluster="c1", difficulty=2.0,
+                      meta={"subset": "diverse"})]
+    with Store(tmp_path / "ws") as store:
+        save_set(store, "testset/mix", prompts)
+        path = set_path(store, "testset/mix")
+    got = ingest([SourceSpec(path=str(path))]).prompts
+    assert [p.model_dump() for p in got] == [p.model_dump() for p in prompts]
+    # An MT-Bench question is still read as one (its own fields only).
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"question_id": 81, "category": "writing", "turns": ["Compose a blog post.", "Rewrite it."]}\n')
+    (mt,) = ingest([SourceSpec(path=str(q))]).prompts
+    assert mt.id == "81" and mt.category == "writing" and mt.cluster is None and mt.meta == {}

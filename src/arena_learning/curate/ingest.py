@@ -243,8 +243,22 @@ def read_alpaca(record: dict[str, Any], source: str) -> Prompt:
     )
 
 
+_OWN_FIELDS = frozenset(Prompt.model_fields)
+_OWN_MARKS = frozenset({"id", "turns", "source", "cluster", "difficulty", "meta"})
+
+
 def read_mtbench(record: dict[str, Any], source: str) -> Prompt:
-    """Return the Prompt of an MT-Bench question (``turns``, optional per-turn ``reference``)."""
+    """Return the Prompt of an MT-Bench question (``turns``, optional per-turn ``reference``).
+
+    A prompt set's own JSONL copy (``WORKSPACE/sets/<name>.jsonl``: every field of a stored prompt)
+    is read back whole: its source, category, cluster, difficulty and meta (the diverse/hard halves)
+    stay, so a run reading a test set from that file can still be broken down ``--by`` them.
+    """
+    if _OWN_MARKS <= record.keys() <= _OWN_FIELDS:
+        try:
+            return Prompt.model_validate(record)
+        except ValueError as err:
+            raise RecordError(f"a stored prompt that does not validate: {err}".splitlines()[0]) from None
     turns = [_text(t, f"turns[{i}]") for i, t in enumerate(_list(record, "turns"))]
     reference = record.get("reference")
     if reference is not None:
