@@ -61,6 +61,20 @@ def test_length_alone_explains_the_raw_win_rate_and_lc_moves_to_50():
     assert r.avg_length > r.reference_avg_length + 300
 
 
+def test_a_weighted_battle_counts_as_that_many_battles():
+    """arena-hard's strong verdicts (weight 3) weigh in the LC fit as in Bradley-Terry: as repeated rows."""
+    rng = np.random.default_rng(3)
+    battles, lengths = synthetic(120, rng, {"m": (0.4, 200.0)})
+    strong = [i for i, b in enumerate(battles) if i % 4 == 0]
+    weighted = [b.model_copy(update={"weight": 3}) if i in strong else b for i, b in enumerate(battles)]
+    repeated = [x for i, b in enumerate(battles) for x in ([b] * (3 if i in strong else 1))]
+    (w,) = lc_win_rates(weighted, lengths, "ref", bootstrap=20, seed=2)
+    (r,) = lc_win_rates(repeated, lengths, "ref", bootstrap=20, seed=2)
+    assert w == r and w.battles == 120 + 2 * len(strong)
+    (plain,) = lc_win_rates(battles, lengths, "ref", bootstrap=0)
+    assert plain.win_rate != w.win_rate
+
+
 def test_lc_keeps_a_real_quality_gap_and_the_difficulty_term_comes_from_the_other_models():
     rng = np.random.default_rng(3)
     battles, lengths = synthetic(600, rng, {"better": (1.0, 0.0), "verbose": (0.0, 350.0), "terse": (0.0, -350.0)})

@@ -169,7 +169,8 @@ def lc_win_rates(
         if model not in raw:
             models.append(model)
             raw[model] = []
-        raw[model].append((y, float(la) - float(lr), p, float(la), float(lr)))
+        # A battle of weight w (arena-hard's strong verdict) counts as w rows, as in the Bradley-Terry fit.
+        raw[model].extend([(y, float(la) - float(lr), p, float(la), float(lr))] * b.weight)
     if not seen_reference:
         raise ArenaError(f"no battles against the reference {reference!r}: give a model that played the others "
                          "(e.g. the AlpacaEval baseline whose outputs were imported)")
