@@ -41,6 +41,14 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 120.0) -> 
     raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout}s")
 
 
+def fenced(text: str, name: str) -> str | None:
+    """Return what a judge prompt fences as ``name`` (e.g. "ANSWER A"), or None: what a scripted judge reads."""
+    import re
+
+    m = re.search(rf"<<<{name} (\w+)>>>\n(.*?)\n<<<END {name} \1>>>", text, re.DOTALL)
+    return None if m is None else m.group(2)
+
+
 def write_config(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path

@@ -4,7 +4,6 @@ whose verdicts the test scripts (a real model cannot be made to misbehave on dem
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 from aiohttp import web
@@ -14,7 +13,7 @@ from arena_learning.config import RunConfig
 from arena_learning.records import Answer, Prompt
 from arena_learning.store import Store
 
-from .conftest import ThreadServer
+from .conftest import ThreadServer, fenced
 
 
 class ScriptedJudge:
@@ -34,8 +33,7 @@ class ScriptedJudge:
         if "CALLFAILS" in user:
             return web.json_response({"error": {"message": "bad request"}}, status=400)
         def part(name):
-            m = re.search(rf"<<<{name} (\w+)>>>\n(.*?)\n<<<END {name} \1>>>", user, re.S)
-            return m.group(2) if m else ""
+            return fenced(user, name) or ""
         if "ALWAYSBAD" in user or ("BADFIRST" in user and body.get("temperature") == 0):
             text = "I think both are fine."
         elif "ANSWER A" in user:

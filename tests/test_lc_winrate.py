@@ -21,7 +21,7 @@ from arena_learning.records import Answer, Battle, Prompt
 from arena_learning.report.html import write_report
 from arena_learning.store import Store
 
-from .conftest import SHARED_DATA
+from .conftest import SHARED_DATA, fenced
 
 QUESTIONS = [
     {"dataset": "helpful_base", "instruction": "What are the names of some famous actors?", "output": "Tom Hanks.",
@@ -230,17 +230,13 @@ class LengthLovingJudge:
 
     async def handle(self, request):
         import hashlib
-        import re
 
         from aiohttp import web
 
         self.calls += 1
         user = (await request.json())["messages"][-1]["content"]
 
-        def part(name):
-            return re.search(rf"<<<{name} (\w+)>>>\n(.*?)\n<<<END {name} \1>>>", user, re.DOTALL).group(2)
-
-        a, b = part("ANSWER A"), part("ANSWER B")
+        a, b = fenced(user, "ANSWER A"), fenced(user, "ANSWER B")
         pair = "|".join(sorted((a, b)))  # the same coin in both orders
         coin = int(hashlib.sha256(pair.encode()).hexdigest(), 16) % 5
         longer_wins = coin != 0

@@ -20,7 +20,7 @@ from arena_learning.records import Answer, Judgment, Prompt
 from arena_learning.report.html import write_report
 from arena_learning.store import Store
 
-from .conftest import SHARED_DATA, ThreadServer
+from .conftest import SHARED_DATA, ThreadServer, fenced
 
 QUESTIONS = SHARED_DATA / "mt_bench" / "question.jsonl"
 
@@ -39,8 +39,7 @@ class GradingJudge:
         user = (await request.json())["messages"][-1]["content"]
 
         def grade(name):
-            answer = re.search(rf"<<<{name} (\w+)>>>\n(.*?)\n<<<END {name} \1>>>", user, re.DOTALL).group(2)
-            found = re.search(r"grade (\d+)", answer)
+            found = re.search(r"grade (\d+)", fenced(user, name))
             return None if found is None else int(found.group(1))
 
         if "<<<ANSWER A " in user:  # a pairwise judge: the answer shown first gets a point more

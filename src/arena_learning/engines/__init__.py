@@ -40,9 +40,9 @@ def engine_class(spec: ModelSpec) -> type[Engine]:
     raise EngineError(f"model {spec.name!r}: unknown engine {spec.engine!r} (use one of: {', '.join(ENGINES)})")
 
 
-def build_engine(spec: ModelSpec, *, local: bool = False) -> Engine:
-    """Return the engine that runs ``spec``: here, or where ``placed`` puts engines (``local`` forces here)."""
-    place = None if local else _PLACEMENT.get()
+def build_engine(spec: ModelSpec) -> Engine:
+    """Return the engine that runs ``spec``: here, or where ``placed`` puts engines."""
+    place = _PLACEMENT.get()
     if place is not None:
         return place(spec)
     return engine_class(spec)(spec)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
 from ..config import ScaleConfig
 
@@ -19,5 +19,4 @@ def scaled(scale: ScaleConfig) -> Iterator[None]:
         with ray_backend(scale):
             yield
     else:
-        with nullcontext():
-            yield
+        yield
