@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     state = json.loads((ws / "flywheel" / "state.json").read_text())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    print(f"\nflywheel {cfg.name}: {len(cfg.rounds)} rounds in {wall:.0f} s ({wall / 60:.1f} min), peak RSS {peak:.0f} MB,"
-          f" workspace {ws}")
+    print(f"\nflywheel {cfg.name}: {len(cfg.rounds)} rounds in {wall:.0f} s ({wall / 60:.1f} min),"
+          f" peak RSS {peak:.0f} MB, workspace {ws}")
     for k, run in enumerate(state.get("runs", [])):
         print(f"  run {k + 1}: {run['seconds']:.0f} s ({run['seconds'] / 60:.1f} min)"
               + ("" if run["trained"] else ", resumed with nothing left to train"))

@@ -21,26 +21,26 @@ target is missed, else 0.
 
 from __future__ import annotations
 
+import argparse
 import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import warnings
+from functools import partial
+from pathlib import Path
 
 # two cores, as the target says; set before numpy loads its BLAS
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "2")
 
-import argparse  # noqa: E402
-import resource  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-import tracemalloc  # noqa: E402
-import warnings  # noqa: E402
+import numpy as np  # noqa: E402 - after the thread limits above, which numpy reads when it loads
 
-import numpy as np  # noqa: E402
-
-from arena_learning.rating.bt import rate  # noqa: E402
-from arena_learning.rating.counts import BattleTable  # noqa: E402
+from arena_learning.rating.bt import rate  # noqa: E402 - loads numpy: after the thread limits
+from arena_learning.rating.counts import BattleTable  # noqa: E402 - loads numpy: after the thread limits
 
 N_MODELS = 20
 TARGET_S = 5.0
@@ -219,8 +219,10 @@ def main() -> int:
 
     print(f"{args.battles:,} battles among {N_MODELS} models, MLE + {args.rounds} bootstrap rounds "
           f"(threads: {os.environ['OMP_NUM_THREADS']}, cores seen: {os.cpu_count()})")
-    print(f"{'structure':<10} {'resample':<8} {'prompts':>9} {'seconds':>8} {'peak MB':>8} {'max |err|':>9} {'mean CI':>8}  target")
-    cases = [("battle", "battle"), ("battle", "prompt"), ("all-pairs", "prompt"), ("pair-2", "prompt"), ("random-2", "prompt")]
+    print(f"{'structure':<10} {'resample':<8} {'prompts':>9} {'seconds':>8} {'peak MB':>8} {'max |err|':>9} "
+          f"{'mean CI':>8}  target")
+    cases = [("battle", "battle"), ("battle", "prompt"), ("all-pairs", "prompt"), ("pair-2", "prompt"),
+             ("random-2", "prompt")]
     # warm up imports and caches so the first case is not charged for them
     warm = simulate(10_000, "battle")
     run_ours(*warm[:5], 10, "battle")
@@ -229,14 +231,15 @@ def main() -> int:
     for structure, resample in cases:
         names, a, b, outcome, prompt, true = simulate(args.battles, structure)
         seconds, result = run_ours(names, a, b, outcome, prompt, args.rounds, resample)
-        mb = peak_mb(lambda: run_ours(names, a, b, outcome, prompt, args.rounds, resample))
+        mb = peak_mb(partial(run_ours, names, a, b, outcome, prompt, args.rounds, resample))
         true_in_table_order = true[[int(m.split("-")[1]) for m in result.models]]
         err = np.abs(result.ratings - true_in_table_order).max()
         width = float(np.mean(result.ci_high - result.ci_low))
         times[structure, resample] = seconds
         all_ok &= seconds < TARGET_S and mb < TARGET_MB
         ok = "ok" if seconds < TARGET_S and mb < TARGET_MB else "MISSED"
-        print(f"{structure:<10} {resample:<8} {int(prompt.max()) + 1:>9,} {seconds:>8.2f} {mb:>8.0f} {err:>9.2f} {width:>8.2f}  {ok}")
+        print(f"{structure:<10} {resample:<8} {int(prompt.max()) + 1:>9,} {seconds:>8.2f} {mb:>8.0f} {err:>9.2f} "
+              f"{width:>8.2f}  {ok}")
 
     names, a, b, outcome, prompt, _ = simulate(args.naive_battles, "battle", seed=1)
     naive_s = naive_bootstrap(names, a, b, outcome, args.naive_rounds)

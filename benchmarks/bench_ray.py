@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_openai_engine import judge_messages, start_server  # noqa: E402
+from bench_openai_engine import judge_messages, start_server
 
 
 def main() -> int:

@@ -79,7 +79,8 @@ def build(root: Path, n_prompts: int, n_models: int, seed: int = 0) -> int:
                         explanation=text(rng, 200),
                         flags=["A: instructions-to-judge: 'ignore the'"] if rng.random() < 0.001 else []))
     battles = combine_games(judgments)
-    cfg = RunConfig.model_validate({"name": "bench-report", "models": [{"name": m, "engine": "imported"} for m in models],
+    cfg = RunConfig.model_validate({"name": "bench-report",
+                                    "models": [{"name": m, "engine": "imported"} for m in models],
                                     "judge": {"kind": "verifier", "name": "judge"}, "ratings": {"bootstrap": 100}})
     with Store(root) as store:
         pipeline.save_config(cfg, store)

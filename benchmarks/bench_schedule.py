@@ -40,24 +40,35 @@ It prints two things:
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+# one BLAS thread: set before numpy loads its BLAS
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import argparse  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import warnings  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+# E402 below: numpy (and every module that loads it) only after the thread limits above
+import numpy as np  # noqa: E402 - after the thread limits
+from scipy.stats import spearmanr  # noqa: E402 - loads numpy: after the thread limits
 
-import numpy as np  # noqa: E402
-from scipy.stats import spearmanr  # noqa: E402
-
-from arena_learning.arena.schedule import AdaptiveScheduler, all_pairs, baseline_pairs, run_schedule  # noqa: E402
-from arena_learning.rating.bt import RatingWarning, fit_counts, fits_exist, leaderboard  # noqa: E402
-from arena_learning.records import Battle  # noqa: E402
+from arena_learning.arena.schedule import (  # noqa: E402 - loads numpy: after the thread limits
+    AdaptiveScheduler,
+    all_pairs,
+    baseline_pairs,
+    run_schedule,
+)
+from arena_learning.rating.bt import (  # noqa: E402 - loads numpy: after the thread limits
+    RatingWarning,
+    fit_counts,
+    fits_exist,
+    leaderboard,
+)
+from arena_learning.records import Battle  # noqa: E402 - loads numpy: after the thread limits
 
 GAMES_PER_BATTLE = 2  # both orders
 TARGET_SPEARMAN = 0.98
@@ -204,7 +215,8 @@ def add_battles(wins: np.ndarray, ties: np.ndarray, arena: SimArena, battles: Se
     np.add.at(ties, (b[o == "tie"], a[o == "tie"]), 1.0)
 
 
-def agreement_curve(arena: SimArena, batches: Sequence[Sequence[Battle]], reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def agreement_curve(arena: SimArena, batches: Sequence[Sequence[Battle]], reference: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Return (calls (B,), Spearman with ``reference`` (B,)) after each of ``batches`` in turn."""
     k = len(arena.models)
     wins, ties = np.zeros((k, k)), np.zeros((k, k))
@@ -244,7 +256,8 @@ def minimum_over_seeds(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple
     return grid, np.min(at, axis=0)
 
 
-def adaptive_curve(arena: SimArena, reference: np.ndarray, *, seed: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def adaptive_curve(arena: SimArena, reference: np.ndarray, *, seed: int, batch_size: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Run ``AdaptiveScheduler`` over the whole round robin; return its agreement curve."""
     sched = AdaptiveScheduler(arena.models, arena.prompts, batch_size=batch_size, seed=seed,
                               budget=len(arena.prompts) * len(all_pairs(arena.models)), stop_z=np.inf)
@@ -256,7 +269,8 @@ def adaptive_curve(arena: SimArena, reference: np.ndarray, *, seed: int, batch_s
     return agreement_curve(arena, batches, reference)
 
 
-def random_curve(arena: SimArena, reference: np.ndarray, *, seed: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+def random_curve(arena: SimArena, reference: np.ndarray, *, seed: int, batch_size: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """The round robin's battles in a random order, in batches of ``batch_size``: the control."""
     units = [(p, a, b) for p in arena.prompts for a, b in all_pairs(arena.models)]
     order = np.random.default_rng(seed).permutation(len(units))
@@ -311,7 +325,7 @@ def evaluate(arena: SimArena, seed: int) -> list[Row]:
         return Row(name, calls, calls / rr_calls, spearman(r, arena.strength), spearman(r, rr_ratings), wrong)
 
     median_model = models[int(np.argsort(arena.strength)[len(models) // 2])]
-    adaptive, sched = adaptive_battles(arena, seed=seed)
+    adaptive, _ = adaptive_battles(arena, seed=seed)
     quarter, _ = adaptive_battles(arena, seed=seed, budget=len(rr) // 4)
     return [
         row("all pairs (round robin)", rr),

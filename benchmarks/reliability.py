@@ -54,7 +54,8 @@ def _stand_in():
             text = json.dumps(request.messages or request.prompt, sort_keys=True)
             h = hashlib.sha256(text.encode()).digest()
             if "json_schema" in request.params:  # a judge call: a verdict
-                out = json.dumps({"explanation": "stand-in verdict", "score_a": 1 + h[0] % 10, "score_b": 1 + h[1] % 10})
+                out = json.dumps({"explanation": "stand-in verdict", "score_a": 1 + h[0] % 10,
+                                  "score_b": 1 + h[1] % 10})
             else:
                 out = "answer " + h.hex()[:12]
             return Completion(text=out, tokens_in=len(text) // 4, tokens_out=8, finish_reason="stop")
@@ -121,10 +122,10 @@ class Server:
         self.proc.wait(timeout=30)
 
 
-def served(log: Path) -> list[tuple[str, str]]:
+def served(log: Path) -> list[tuple[str, ...]]:
     if not log.exists():
         return []
-    return [tuple(line.split()) for line in log.read_text().splitlines() if line.strip()]  # type: ignore[misc]
+    return [tuple(line.split()) for line in log.read_text().splitlines() if line.strip()]
 
 
 # ---- the run -----------------------------------------------------------------------------
@@ -133,8 +134,8 @@ def write_config(folder: Path, url: str, prompts: int) -> Path:
     data = folder / "prompts.jsonl"
     with open(data, "w") as fh:
         for i in range(prompts):
-            fh.write(json.dumps({"question_id": f"q{i}", "turns": [f"Question number {i}: explain topic {i * 7 % 97}."]})
-                     + "\n")
+            turn = f"Question number {i}: explain topic {i * 7 % 97}."
+            fh.write(json.dumps({"question_id": f"q{i}", "turns": [turn]}) + "\n")
     models = "\n".join(
         f"  - {{name: c{k}, engine: openai, model: m, base_url: '{url}', concurrency: 16, timeout_s: 2, "
         f"max_retries: 6, params: {{max_tokens: {16 + k}, temperature: 0.0}}}}" for k in range(3))
@@ -228,7 +229,8 @@ def faults_part(tmp: Path, prompts: int) -> dict:
     same = final["battles"] == clean["battles"]
     return {"part": "faults 30%", "calls": needed, "faults": injected, "retries": max(0, len(log) - present),
             "failed": first["counts"].get("error", 0), "lost": lost + (0 if same else 1),
-            "duplicated": duplicated, "seconds": seconds, "note": f"rerun asked {asked_again}, battles equal clean: {same}"}
+            "duplicated": duplicated, "seconds": seconds,
+            "note": f"rerun asked {asked_again}, battles equal clean: {same}"}
 
 
 def kills_part(tmp: Path, prompts: int, kills: int, seed: int) -> dict:
@@ -318,7 +320,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         rows.append(kills_part(Path(tmp), args.prompts, args.kills, args.seed))
     rows.append(load_part(args.load, 256))
-    print(f"{'part':14s} {'calls':>6s} {'faults':>6s} {'retries':>7s} {'failed':>6s} {'lost':>4s} {'dup':>4s} {'s':>6s}  note")
+    print(f"{'part':14s} {'calls':>6s} {'faults':>6s} {'retries':>7s} {'failed':>6s} {'lost':>4s} {'dup':>4s} "
+          f"{'s':>6s}  note")
     for r in rows:
         print(f"{r['part']:14s} {r['calls']:6d} {r['faults']:6d} {r['retries']:7d} {r['failed']:6d} {r['lost']:4d} "
               f"{r['duplicated']:4d} {r['seconds']:6.1f}  {r['note']}")

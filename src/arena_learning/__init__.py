@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .records import Rating
+
 __version__ = "0.1.0"
 
 
-def workspace_board(path):  # noqa: ANN001, ANN201 - thin re-export, imported lazily to keep `import` cheap
+def workspace_board(path: str | Path) -> list[Rating]:  # a thin re-export, imported lazily to keep `import` cheap
     """Return the leaderboard (list of Rating) of the run stored in the workspace at ``path``."""
     from .pipeline import workspace_board as _board
 

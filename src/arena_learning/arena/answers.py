@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
 from typing import Any
 
 from ..config import ModelSpec
 from ..engines.base import Engine, Request
+from ..engines.calls import CallStats, arun_requests
 from ..records import Answer, Prompt
 from ..store import DEFAULT_SET, Store
-from ..engines.calls import CallStats, arun_requests
 
 
 @dataclass

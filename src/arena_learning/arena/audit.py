@@ -251,9 +251,11 @@ def battle_outcomes(records: Sequence[Judgment] | Sequence[Battle]) -> dict[Batt
     if not records:
         return {}
     _single_judge(records)
-    if all(isinstance(r, Battle) for r in records):
+    battles = [r for r in records if isinstance(r, Battle)]
+    judgments = [r for r in records if isinstance(r, Judgment)]
+    if len(battles) == len(records):
         out: dict[BattleKey, int] = {}
-        for b in records:
+        for b in battles:
             key = _key(b.prompt_id, b.model_a, b.model_b)
             if key in out:
                 raise ArenaError(
@@ -262,11 +264,11 @@ def battle_outcomes(records: Sequence[Judgment] | Sequence[Battle]) -> dict[Batt
                 )
             out[key] = _oriented(b.outcome, b.model_a, key)
         return out
-    if not all(isinstance(r, Judgment) for r in records):
+    if len(judgments) != len(records):
         raise ArenaError("give either judgments or battles, not a mix")
-    _check_no_repeats(records)  # type: ignore[arg-type]
+    _check_no_repeats(judgments)
     points: dict[BattleKey, list[float]] = defaultdict(lambda: [0.0, 0.0])  # lo's points, games
-    for j in records:
+    for j in judgments:
         if j.status != "ok" or j.verdict is None:
             continue
         key = _key(j.prompt_id, j.model_a, j.model_b)
@@ -409,9 +411,12 @@ def _oriented(outcome: str, model_a: str, key: BattleKey) -> int:
     return A_WINS if a_won == (model_a == key[1]) else B_WINS
 
 
+_FIRST_RESULT: dict[str | None, int] = {"model_a": 1, "tie": 0, "model_b": -1}
+
+
 def _first_result(verdict: str | None) -> int:
-    """Return +1, 0, -1: the result of the answer shown first."""
-    return {"model_a": 1, "tie": 0, "model_b": -1}[verdict]  # type: ignore[index]
+    """Return +1, 0, -1: the result of the answer shown first (a verdict there is; KeyError for None)."""
+    return _FIRST_RESULT[verdict]
 
 
 def _name(records: Sequence[Judgment] | Sequence[Battle]) -> str:

@@ -69,16 +69,16 @@ def combine_games(judgments: Sequence[Judgment], tie_threshold: float = 0.0, mod
     for (pid, _, _, judge), games in groups.items():
         if mode == "both":
             for g in games:
+                gap = abs(g.score_a - g.score_b)  # type: ignore[operator]  # groups hold scored games only
                 battles.append(Battle(prompt_id=pid, model_a=g.model_a, model_b=g.model_b, outcome=g.verdict or "tie",
-                                      score_a=g.score_a, score_b=g.score_b,
-                                      score_gap=abs(g.score_a - g.score_b), judge=judge, games=1,  # type: ignore[operator]
+                                      score_a=g.score_a, score_b=g.score_b, score_gap=gap, judge=judge, games=1,
                                       weight=strong_weight if _strong(g) else 1))
             continue
         # Keep the order of the first game, so a one-game battle reads as its judgment.
         a, b = games[0].model_a, games[0].model_b
         sa = [g.score_a if g.model_a == a else g.score_b for g in games]
         sb = [g.score_b if g.model_a == a else g.score_a for g in games]
-        mean_a, mean_b = sum(sa) / len(sa), sum(sb) / len(sb)  # type: ignore[arg-type]
+        mean_a, mean_b = sum(sa) / len(sa), sum(sb) / len(sb)  # type: ignore[arg-type]  # scored games only
         if mode == "consistent":
             winners = {_winner(g) for g in games}
             only = winners.pop() if len(winners) == 1 else None
@@ -86,7 +86,7 @@ def combine_games(judgments: Sequence[Judgment], tie_threshold: float = 0.0, mod
         else:
             outcome = verdict(mean_a, mean_b, tie_threshold)
         battles.append(
-            Battle(prompt_id=pid, model_a=a, model_b=b, outcome=outcome, score_a=mean_a, score_b=mean_b,  # type: ignore[arg-type]
+            Battle(prompt_id=pid, model_a=a, model_b=b, outcome=outcome, score_a=mean_a, score_b=mean_b,
                    score_gap=abs(mean_a - mean_b), judge=judge, games=len(games))
         )
     return battles

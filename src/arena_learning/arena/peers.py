@@ -121,7 +121,7 @@ def _game(pid: str, first: str, second: str, judge: str, outcome: str | None, ra
     else:
         sa, sb = {"model_a": (1.0, 0.0), "model_b": (0.0, 1.0), "tie": (0.5, 0.5)}[outcome]
     return Judgment(prompt_id=pid, model_a=first, model_b=second, judge=judge, scores_a=[sa], scores_b=[sb],
-                    score_a=sa, score_b=sb, verdict=outcome, labels=[label] if label else [], raw=raw)  # type: ignore[arg-type]
+                    score_a=sa, score_b=sb, verdict=outcome, labels=[label] if label else [], raw=raw)
 
 
 def _arena_hard(rec: dict[str, Any], baseline: str, judge: str | None) -> list[Judgment]:
@@ -311,6 +311,15 @@ def write_arena_hard(judgments: Sequence[Judgment], baseline: str, out_dir: Path
 _G_WINNER = {"model_a": 0, "model_b": 1}
 
 
+def _pair_winner(g: Judgment, model_1: str) -> str:
+    """Return FastChat's g1/g2_winner of game ``g`` in a pair with ``model_1``: model_1, model_2, tie or error."""
+    if g.status != "ok" or g.verdict is None:
+        return "error"
+    if g.verdict == "tie":
+        return "tie"
+    return "model_1" if (g.model_a, g.model_b)[_G_WINNER[g.verdict]] == model_1 else "model_2"
+
+
 def write_fastchat_pair(judgments: Sequence[Judgment], path: Path, prompt_name: str = "pair-v2") -> ExportReport:
     """Write FastChat's pairwise judgment JSONL: one record per (prompt, pair, judge) played in both orders."""
     report = ExportReport()
@@ -319,16 +328,9 @@ def write_fastchat_pair(judgments: Sequence[Judgment], path: Path, prompt_name: 
     for g1, g2 in pairs:
         m1, m2 = g1.model_a, g1.model_b
         qid, turn = split_turn(g1.prompt_id)
-
-        def winner(g: Judgment) -> str:
-            if g.status != "ok" or g.verdict is None:
-                return "error"
-            if g.verdict == "tie":
-                return "tie"
-            return "model_1" if (g.model_a, g.model_b)[_G_WINNER[g.verdict]] == m1 else "model_2"
-
-        rows.append({"question_id": _qid(qid), "model_1": m1, "model_2": m2, "g1_winner": winner(g1),
-                     "g2_winner": winner(g2), "judge": [g1.judge, prompt_name if turn == 1 else f"{prompt_name}-multi-turn"],
+        rows.append({"question_id": _qid(qid), "model_1": m1, "model_2": m2, "g1_winner": _pair_winner(g1, m1),
+                     "g2_winner": _pair_winner(g2, m1),
+                     "judge": [g1.judge, prompt_name if turn == 1 else f"{prompt_name}-multi-turn"],
                      "g1_user_prompt": "", "g1_judgment": g1.raw, "g2_user_prompt": "", "g2_judgment": g2.raw,
                      "turn": turn, "tstamp": time.time()})
     _finish(rows, path, report)

@@ -410,7 +410,7 @@ class AdaptiveScheduler:
         lw = _laplacian(self._pair_matrix(weights))
         tiebreak = self._rng.random(self.n_pairs)  # a seeded choice among equal scores
         left = left.copy()
-        n_explore = int(round(self.explore * room))
+        n_explore = round(self.explore * room)
         picks: list[int] = []
         pi, pj = self._pi, self._pj
         while len(picks) < room - n_explore:

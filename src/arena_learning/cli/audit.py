@@ -9,18 +9,16 @@ reports.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated
 
 import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from ..arena.audit import Agreement, JudgeAudit, audit_workspace
 from .errors import reporting_errors
-from ..errors import ArenaError
-from ..arena.audit import Agreement, JudgeAudit, WorkspaceAudit, audit_workspace
 
 HELP = (
     "Audit the judges of a workspace: position bias (first-shown answer's win rate), order consistency "
@@ -38,13 +36,13 @@ def register(app: typer.Typer) -> None:
 def judge_audit_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory of a run.")],
     judge: Annotated[
-        Optional[str], typer.Option("--judge", help="Audit this judge only (default: every judge).")
+        str | None, typer.Option("--judge", help="Audit this judge only (default: every judge).")
     ] = None,
     compare_judge: Annotated[
-        Optional[str], typer.Option("--compare-judge", help="Also show agreement with this judge over common battles.")
+        str | None, typer.Option("--compare-judge", help="Also show agreement with this judge over common battles.")
     ] = None,
     human: Annotated[
-        Optional[Path], typer.Option("--human", help="Human labels (CSV/JSONL: prompt_id, model_a, model_b, winner).")
+        Path | None, typer.Option("--human", help="Human labels (CSV/JSONL: prompt_id, model_a, model_b, winner).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the audit as one JSON object.")] = False,
 ) -> None:

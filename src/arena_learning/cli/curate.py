@@ -1,4 +1,7 @@
-"""``arena ingest``, ``arena testset build`` and ``arena pool build``: the curation commands (runs in ``curate.runs``)."""
+"""``arena ingest``, ``arena testset build`` and ``arena pool build``: the curation commands.
+
+The runs themselves are in ``curate.runs``.
+"""
 
 from __future__ import annotations
 
@@ -68,7 +71,7 @@ def ingest_command(
     allowed: tuple[SourceFormat, ...] = ("auto", "sharegpt", "openai", "alpaca", "mtbench", "arenahard")
     if format not in allowed:
         raise ArenaError(f"--format {format!r} is not one of: {', '.join(allowed)}")
-    specs = [SourceSpec(path=str(p), format=format, name=name) for p in sources]  # type: ignore[arg-type]
+    specs = [SourceSpec(path=str(p), format=format, name=name) for p in sources]
     with Store(out) as store:
         with tracker(not quiet) as track:
             report = run_ingest(store, specs, set_name, strict=strict, replace=replace, track=track)

@@ -10,14 +10,16 @@ import contextlib
 import functools
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 
 from ..errors import ArenaError
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @contextlib.contextmanager
@@ -37,12 +39,28 @@ def reporting_errors() -> Iterator[None]:
                     err.print(f"[yellow]warning:[/] {w.message}", highlight=False, soft_wrap=True)
 
 
-def user_errors(fn: F) -> F:
+def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Decorate a command so that it reports errors as ``reporting_errors`` does."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         with reporting_errors():
             return fn(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
+
+
+def write_report_or_warn(workspace: Path, console: Console) -> None:
+    """Write the HTML report of ``workspace`` and print where it is; if that fails, print a warning instead.
+
+    The report is optional: when it fails, the finished results stay in the workspace and the
+    command that made them still succeeds (the user reruns ``arena report``).
+    """
+    from ..report.html import write_report
+
+    try:
+        console.print(f"report: {write_report(workspace)}")
+    except Exception as err:  # any failure: an optional stage is reported, never fatal
+        console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
+                      f"are kept in {workspace}; retry with `arena report {workspace}`", highlight=False,
+                      soft_wrap=True)

@@ -11,21 +11,29 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .errors import reporting_errors
-from ..arena.peers import (ARENA_HARD_BASELINE, FORMATS, peer_battles, read_judgments, write_arena_hard,
-                           write_fastchat_pair, write_fastchat_single)
+from ..arena.peers import (
+    ARENA_HARD_BASELINE,
+    FORMATS,
+    peer_battles,
+    read_judgments,
+    write_arena_hard,
+    write_fastchat_pair,
+    write_fastchat_single,
+)
 from ..config import RatingConfig
 from ..errors import ArenaError
 from ..rating.baseline import BaselineRate, baseline_win_rates
-from ..records import Rating
+from ..records import Battle, Rating
 from ..store import Store
+from .consoles import stdout_console
+from .errors import reporting_errors
 
 IMPORT_HELP = (
     "Import published judgments: arena-hard-auto model_judgment JSONL (games with [[A>>B]] labels), FastChat "
@@ -55,7 +63,7 @@ def import_judgments_command(
     fmt: Annotated[str, typer.Option("--format", help=f"auto, or one of: {', '.join(FORMATS)}")] = "auto",
     baseline: Annotated[str, typer.Option(
         help="arena-hard: the baseline model the games were played against (not in the files)")] = ARENA_HARD_BASELINE,
-    judge: Annotated[Optional[str], typer.Option(help="judge name to store them under (default: the files' own)")] = None,
+    judge: Annotated[str | None, typer.Option(help="judge name to store them under (default: the files' own)")] = None,
     strong_weight: Annotated[int, typer.Option(
         "--strong-weight", min=1, help="arena-hard: battles a [[A>>B]] / [[B>>A]] game counts as")] = 3,
 ) -> None:
@@ -105,8 +113,8 @@ def export_judgments_command(
     workspace: Annotated[Path, typer.Argument(help="workspace directory")],
     fmt: Annotated[str, typer.Option("--format", help=f"one of: {', '.join(FORMATS)}")],
     out: Annotated[Path, typer.Option("--out", "-o", help="arena-hard: a directory; FastChat: a JSONL file")],
-    judge: Annotated[Optional[str], typer.Option(help="the judge to export (default: the workspace's only one)")] = None,
-    baseline: Annotated[Optional[str], typer.Option(
+    judge: Annotated[str | None, typer.Option(help="the judge to export (default: the workspace's only one)")] = None,
+    baseline: Annotated[str | None, typer.Option(
         help="arena-hard: the baseline model (default: the run's battle baseline or the import's)")] = None,
 ) -> None:
     """Export a judge's games (help text: ``EXPORT_HELP``)."""
@@ -165,7 +173,7 @@ def _default_baseline(store: Store, judge: str) -> str:
     return base
 
 
-def _judge_battles(workspace: Path, judge: str | None) -> tuple[str, list, RatingConfig]:  # noqa: ANN401
+def _judge_battles(workspace: Path, judge: str | None) -> tuple[str, list[Battle], RatingConfig]:
     """Return (judge, its battles, the rating settings: the saved run's, else the defaults)."""
     _require_workspace(workspace)
     with Store(workspace, readonly=True) as store:
@@ -182,13 +190,12 @@ def _judge_battles(workspace: Path, judge: str | None) -> tuple[str, list, Ratin
 
 def judge_board(workspace: Path, judge: str | None, json_out: bool, csv: Path | None = None) -> list[Rating]:
     """Print the Bradley-Terry leaderboard of one judge's battles (imported judgments need no run config)."""
-    from ..rating.bt import leaderboard
+    from ..rating.bt import RateOptions, leaderboard
     from ..rating.export import ratings_to_json, write_leaderboard_csv
     from .tables import print_leaderboard
 
     name, battles, r = _judge_battles(workspace, judge)
-    ratings = leaderboard(battles, anchor=r.anchor, anchor_rating=r.anchor_rating, bootstrap=r.bootstrap,
-                          resample=r.resample, seed=r.seed)
+    ratings = leaderboard(battles, RateOptions(**r.model_dump()))
     if csv is not None:
         write_leaderboard_csv(ratings, csv)
     if json_out:
@@ -209,7 +216,7 @@ def baseline_board(workspace: Path, baseline: str, json_out: bool, judge: str | 
         sys.stdout.write(json.dumps({"judge": name, "baseline": baseline, "bootstrap": rounds, "rows": out},
                                     indent=2) + "\n")
         return rows
-    Console(width=None if sys.stdout.isatty() else 120).print(baseline_table(rows, baseline, name, rounds))
+    stdout_console().print(baseline_table(rows, baseline, name, rounds))
     return rows
 
 

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from ..config import RunConfig, load_config_file
 from ..errors import ConfigError
 from ..store import Store
+from .consoles import stdout_console
 from .errors import user_errors
 
-wide = Console(width=None if sys.stdout.isatty() else 120)
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+wide = stdout_console()
 
 PLAN_HELP = (
     "Print what CONFIG (an arena run, or a flywheel config: detected by its rounds and pool, or --flywheel) will "
@@ -47,9 +49,9 @@ def _is_flywheel(path: Path) -> bool:
 @user_errors
 def plan_command(
     config: Annotated[Path, typer.Argument(help="YAML run config or flywheel config")],
-    workspace: Annotated[Optional[Path], typer.Option("--workspace", "-w", help="workspace whose ledger to check "
+    workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="workspace whose ledger to check "
                                                       "(default: the config's, or workspaces/NAME)")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field (repeatable)")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a config field (repeatable)")] = None,
     flywheel: Annotated[bool, typer.Option("--flywheel", help="read CONFIG as a flywheel config")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
@@ -77,7 +79,7 @@ def plan_command(
     print_plan(plan, ws)
 
 
-class _open:  # noqa: N801 - a context manager read like a function
+class _open:  # lower case: a context manager read like a function
     """The workspace's store, read-only, or None when there is none yet (nothing cached)."""
 
     def __init__(self, ws: Path):
@@ -95,7 +97,7 @@ def _n(x: int | None) -> str:
     return "?" if x is None else f"{x:,}"
 
 
-def print_plan(plan, ws: Path) -> None:  # noqa: ANN001 - plan.Plan
+def print_plan(plan: Plan, ws: Path) -> None:
     """Print the plan's lines and totals (stdout) and what it assumes."""
     t = Table(title=f"plan ({plan.kind}; workspace {ws})", title_justify="left", box=box.SIMPLE_HEAD,
               padding=(0, 1), pad_edge=False)

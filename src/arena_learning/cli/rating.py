@@ -10,19 +10,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..errors import ArenaError
+from ..rating.export import ratings_to_json, write_leaderboard_csv
 from .errors import reporting_errors as _user_errors
 from .tables import print_leaderboard
-from ..errors import ArenaError
-from ..records import Rating
-from ..rating.export import ratings_to_json, write_leaderboard_csv
 
-__all__ = ["register", "ratings_to_json", "write_leaderboard_csv", "ratings_command", "compare_command"]
+__all__ = ["compare_command", "ratings_command", "ratings_to_json", "register", "write_leaderboard_csv"]
 
 
 RATINGS_HELP = (
@@ -47,32 +46,43 @@ def register(app: typer.Typer) -> None:
     app.command("compare", help=COMPARE_HELP)(compare_command)
 
 
-def _fmt(x: Optional[float], digits: int = 1) -> str:
+def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 def ratings_command(
-    battles: Annotated[Path, typer.Argument(help="Battle log in the Chatbot Arena format (model_a, model_b, winner; optional question_id): .json, .jsonl, .parquet or .csv.")],
-    bootstrap: Annotated[int, typer.Option("--bootstrap", "-b", help="Bootstrap rounds for the 95% intervals (0 = none).")] = 100,
-    anchor: Annotated[Optional[str], typer.Option(help="Model fixed at --anchor-rating (default: mean rating 1000).")] = None,
+    battles: Annotated[Path, typer.Argument(
+        help="Battle log in the Chatbot Arena format (model_a, model_b, winner; optional question_id): "
+             ".json, .jsonl, .parquet or .csv.")],
+    bootstrap: Annotated[int, typer.Option(
+        "--bootstrap", "-b", help="Bootstrap rounds for the 95% intervals (0 = none).")] = 100,
+    anchor: Annotated[str | None, typer.Option(
+        help="Model fixed at --anchor-rating (default: mean rating 1000).")] = None,
     anchor_rating: Annotated[float, typer.Option(help="Rating of the anchor model.")] = 1000.0,
-    resample: Annotated[str, typer.Option(help="Bootstrap unit: 'prompt' (battles of one question_id together) or 'battle'.")] = "prompt",
-    ties: Annotated[str, typer.Option(help="Ties: 'half' (half a win each), 'drop', or 'davidson' (tie model).")] = "half",
+    resample: Annotated[str, typer.Option(
+        help="Bootstrap unit: 'prompt' (battles of one question_id together) or 'battle'.")] = "prompt",
+    ties: Annotated[str, typer.Option(
+        help="Ties: 'half' (half a win each), 'drop', or 'davidson' (tie model).")] = "half",
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the leaderboard as JSON rows instead of a table.")] = False,
-    csv_path: Annotated[Optional[Path], typer.Option("--csv", help="Also write the leaderboard to this CSV file.")] = None,
-    elo_k: Annotated[Optional[float], typer.Option("--elo-k", help="Add an online-Elo column with this K factor (table only), for comparison.")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the leaderboard as JSON rows instead of a table.")] = False,
+    csv_path: Annotated[Path | None, typer.Option(
+        "--csv", help="Also write the leaderboard to this CSV file.")] = None,
+    elo_k: Annotated[float | None, typer.Option(
+        "--elo-k", help="Add an online-Elo column with this K factor (table only), for comparison.")] = None,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a battle log (help text: ``RATINGS_HELP``)."""
     from ..rating.battlelog import read_battle_log
-    from ..rating.bt import rate
+    from ..rating.bt import RateOptions, rate
     from ..rating.elo import online_elo_table
 
     with _user_errors():
         table, report = read_battle_log(battles)
         for line in report.lines():
             Console(stderr=True).print(line, highlight=False, soft_wrap=True)
-        result = rate(table, anchor=anchor, anchor_rating=anchor_rating, bootstrap=bootstrap, resample=resample, ties=ties, seed=seed)
+        options = RateOptions(anchor=anchor, anchor_rating=anchor_rating, bootstrap=bootstrap, resample=resample,
+                              ties=ties, seed=seed)
+        result = rate(table, options)
         ratings = result.to_ratings()
         if csv_path is not None:
             write_leaderboard_csv(ratings, csv_path)
@@ -80,17 +90,25 @@ def ratings_command(
             typer.echo(json.dumps(ratings_to_json(ratings), indent=2))
         else:
             extra = {f"online Elo k={elo_k:g}": online_elo_table(table, k=elo_k)} if elo_k else None
-            print_leaderboard(ratings, title=f"Bradley-Terry ratings of {battles.name} ({report.rated} battles)", extra=extra)
+            title = f"Bradley-Terry ratings of {battles.name} ({report.rated} battles)"
+            print_leaderboard(ratings, title=title, extra=extra)
 
 
 def compare_command(
-    board_a: Annotated[str, typer.Argument(help="The leaderboard to check: a CSV/JSON file or an arena workspace directory.")],
-    board_b: Annotated[str, typer.Argument(help="The reference leaderboard (e.g. human Chatbot Arena, arena-hard, AlpacaEval CSV).")],
-    model_col: Annotated[Optional[str], typer.Option(help="Model-name column of BOARD_B (default: guessed, else 'model'); BOARD_A is always guessed.")] = None,
-    score_col: Annotated[Optional[str], typer.Option(help="Score column of BOARD_B, higher is better (default: guessed, else 'score').")] = None,
-    lower_col: Annotated[Optional[str], typer.Option(help="Lower bound of BOARD_B's 95% interval (default: guessed, else 'lower').")] = None,
-    upper_col: Annotated[Optional[str], typer.Option(help="Upper bound of BOARD_B's 95% interval (default: guessed, else 'upper').")] = None,
-    match: Annotated[str, typer.Option(help="Model-name matching: 'loose' (case, '_' vs '-' ignored) or 'exact'.")] = "loose",
+    board_a: Annotated[str, typer.Argument(
+        help="The leaderboard to check: a CSV/JSON file or an arena workspace directory.")],
+    board_b: Annotated[str, typer.Argument(
+        help="The reference leaderboard (e.g. human Chatbot Arena, arena-hard, AlpacaEval CSV).")],
+    model_col: Annotated[str | None, typer.Option(
+        help="Model-name column of BOARD_B (default: guessed, else 'model'); BOARD_A is always guessed.")] = None,
+    score_col: Annotated[str | None, typer.Option(
+        help="Score column of BOARD_B, higher is better (default: guessed, else 'score').")] = None,
+    lower_col: Annotated[str | None, typer.Option(
+        help="Lower bound of BOARD_B's 95% interval (default: guessed, else 'lower').")] = None,
+    upper_col: Annotated[str | None, typer.Option(
+        help="Upper bound of BOARD_B's 95% interval (default: guessed, else 'upper').")] = None,
+    match: Annotated[str, typer.Option(
+        help="Model-name matching: 'loose' (case, '_' vs '-' ignored) or 'exact'.")] = "loose",
     as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
     """Print the consistency of two leaderboards (help text: ``COMPARE_HELP``)."""
@@ -113,16 +131,20 @@ def compare_command(
             typer.echo(json.dumps(out, indent=2))
             return
         console = Console()
-        t = Table(title=f"{Path(a.source).name} vs reference {Path(b.source).name}: {result.n_models} models on both")
+        names = f"{Path(a.source).name} vs reference {Path(b.source).name}"
+        t = Table(title=f"{names}: {result.n_models} models on both")
         t.add_column("metric")
         t.add_column("value", justify="right")
         t.add_column("note")
         t.add_row("Spearman", _fmt(result.spearman, 3), "rank correlation of the scores")
         t.add_row("Kendall tau-b", _fmt(result.kendall, 3), "")
-        t.add_row("agreement (95% CI)", _fmt(result.agreement, 3), f"over {result.agreement_pairs} pairs the reference separates")
-        t.add_row("separability (95% CI)", _fmt(result.separability, 3), f"of BOARD_A; reference: {_fmt(result.separability_reference, 3)}")
+        t.add_row("agreement (95% CI)", _fmt(result.agreement, 3),
+                  f"over {result.agreement_pairs} pairs the reference separates")
+        t.add_row("separability (95% CI)", _fmt(result.separability, 3),
+                  f"of BOARD_A; reference: {_fmt(result.separability_reference, 3)}")
         t.add_row("pair-rank Brier", _fmt(result.brier, 4), "0 is perfect, 0.25 a coin")
-        t.add_row("average consistency", _fmt(result.average, 3), "WizardArena: mean of Spearman, agreement, separability")
+        t.add_row("average consistency", _fmt(result.average, 3),
+                  "WizardArena: mean of Spearman, agreement, separability")
         console.print(t)
         if result.only_in_candidate or result.only_in_reference:
             console.print(

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from ..errors import ArenaError
 from ..store import Store
+from .consoles import stdout_console
 from .errors import user_errors
 from .tables import fmt, leaderboard_table
 
@@ -43,10 +44,6 @@ def register(app: typer.Typer) -> None:
     app.command("lc-winrate", help=LC_HELP)(lc_winrate_command)
 
 
-def _out() -> Console:
-    return Console(width=None if sys.stdout.isatty() else 120)
-
-
 def _open(workspace: Path) -> Store:
     if not (workspace / "arena.db").is_file():
         raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
@@ -56,8 +53,10 @@ def _open(workspace: Path) -> Store:
 @user_errors
 def scores_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory of a run.")],
-    judge: Annotated[str | None, typer.Option(help="Judge whose grades to use (default: the run's judge; a panel member by name).")] = None,
-    bootstrap: Annotated[int, typer.Option("--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CI (0: none).")] = 1000,
+    judge: Annotated[str | None, typer.Option(
+        help="Judge whose grades to use (default: the run's judge; a panel member by name).")] = None,
+    bootstrap: Annotated[int, typer.Option(
+        "--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CI (0: none).")] = 1000,
     json_out: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
 ) -> None:
     """Print the MT-Bench-style scores table (help text: ``SCORES_HELP``)."""
@@ -81,7 +80,7 @@ def scores_command(
         ci = f"{r.ci_low:.2f}..{r.ci_high:.2f}" if r.ci_low is not None and r.ci_high is not None else "-"
         cells = [f"{fmt(r.turns[t].mean, 2)} ({r.turns[t].n})" if t in r.turns else "-" for t in turns]
         table.add_row(r.model, fmt(r.mean, 2), ci, *cells, str(r.graded), str(r.failed))
-    _out().print(table)
+    stdout_console().print(table)
     if len(cats) > 1 or (cats and cats != ["-"]):
         by_cat = Table(title="by category (n)", title_justify="left", box=box.SIMPLE_HEAD,
                        padding=(0, 1), pad_edge=False)
@@ -91,7 +90,7 @@ def scores_command(
         for r in rows:
             by_cat.add_row(r.model, *(f"{fmt(r.categories[c].mean, 2)} ({r.categories[c].n})"
                                       if c in r.categories else "-" for c in cats))
-        _out().print(by_cat)
+        stdout_console().print(by_cat)
     failed = sum(r.failed for r in rows)
     if failed:
         Console(stderr=True).print(f"[yellow]{failed} answer{'s have' if failed > 1 else ' has'} no grade: "
@@ -103,8 +102,11 @@ def scores_command(
 @user_errors
 def lc_winrate_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory of a run.")],
-    reference: Annotated[str | None, typer.Option("--reference", "-r", help="The reference model every model is compared with (AlpacaEval's baseline; default: the run's battles.baseline).")] = None,
-    bootstrap: Annotated[int, typer.Option("--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CIs (0: none).")] = 200,
+    reference: Annotated[str | None, typer.Option(
+        "--reference", "-r", help="The reference model every model is compared with (AlpacaEval's baseline; "
+                                  "default: the run's battles.baseline).")] = None,
+    bootstrap: Annotated[int, typer.Option(
+        "--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CIs (0: none).")] = 200,
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
     """Print raw and length-controlled win rates against ``reference`` (help text: ``LC_HELP``)."""
@@ -131,7 +133,7 @@ def lc_winrate_command(
     for r in rows:
         table.add_row(r.model, fmt(r.lc_win_rate), ci(r.lc_low, r.lc_high), fmt(r.win_rate), ci(r.win_low, r.win_high),
                       str(r.battles), f"{r.avg_length:.0f} (ref {r.reference_avg_length:.0f})", f"{r.length_coef:+.2f}")
-    _out().print(table)
+    stdout_console().print(table)
 
 
 def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
@@ -150,6 +152,6 @@ def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
         return
     for name, board in boards.items():
         n = sum(r.battles for r in board) // 2
-        _out().print(leaderboard_table(board, title=f"{by} {name} ({n} battles)"))
+        stdout_console().print(leaderboard_table(board, title=f"{by} {name} ({n} battles)"))
     for name, why in skipped.items():
         Console(stderr=True).print(f"[yellow]{by} {name}: no leaderboard ({why})", highlight=False, soft_wrap=True)

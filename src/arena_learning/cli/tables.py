@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping, Sequence
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from ..records import Rating
+from .consoles import stdout_console
 
 
 def fmt(x: float | None, digits: int = 1) -> str:
@@ -43,4 +42,4 @@ def leaderboard_table(ratings: Sequence[Rating], title: str = "leaderboard",
 def print_leaderboard(ratings: Sequence[Rating], title: str = "leaderboard",
                       extra: Mapping[str, Mapping[str, float]] | None = None) -> None:
     """Print the leaderboard table on stdout (results only; progress and warnings go to stderr)."""
-    Console(width=None if sys.stdout.isatty() else 120).print(leaderboard_table(ratings, title, extra))
+    stdout_console().print(leaderboard_table(ratings, title, extra))

@@ -27,7 +27,8 @@ def register(app: typer.Typer) -> None:
         try:
             server = ReportServer(workspace, port)
         except OSError as err:
-            raise ArenaError(f"cannot listen on 127.0.0.1:{port} ({err.strerror or err}): choose another --port") from None
+            raise ArenaError(
+                f"cannot listen on 127.0.0.1:{port} ({err.strerror or err}): choose another --port") from None
         typer.echo(f"serving the report of {workspace} at {server.url} (Ctrl-C stops)", err=True)
 
         def stop(signum: int, frame: object) -> None:

@@ -35,6 +35,7 @@ from .dedupe import (
     words,
 )
 
+
 def _units(prompts: Sequence[Prompt], min_later_words: int = 0) -> tuple[list[str], np.ndarray]:
     """Return the texts compared (each conversation, and each turn of a multi-turn one) and their owner rows.
 

@@ -190,8 +190,9 @@ def lsh_index(threshold: float, num_perm: int):  # -> datasketch.MinHashLSH
     return MinHashLSH(threshold=max(0.05, threshold - 0.1), num_perm=num_perm)
 
 
-def similarity(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray | float:
-    """Return the estimated Jaccard similarity: the share of equal signature entries (along the last axis)."""
+def similarity(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:
+    """Return float64 (N,): each of the N signatures ``sig_a`` (N, P) against ``sig_b`` (P,), the estimated
+    Jaccard similarity (the share of equal signature entries)."""
     return np.mean(sig_a == sig_b, axis=-1)
 
 

@@ -123,6 +123,14 @@ def _category(record: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _prompt(record: dict[str, Any], turns: list[str], source: str, reference: list[str] | None = None,
+            meta: dict[str, Any] | None = None) -> Prompt:
+    """Return the Prompt of ``record`` with these turns: the record's own id (else the turns' hash) and category."""
+    own = _own_id(record)
+    return Prompt(id=own if own is not None else turns_hash(turns), turns=turns, source=source,
+                  category=_category(record), reference=reference, meta=meta or {})
+
+
 def _from_dialogue(
     record: dict[str, Any], roles: list[tuple[str, str]], source: str, what: str
 ) -> Prompt:
@@ -158,17 +166,9 @@ def _from_dialogue(
     elif answers:
         # The last user turn has no answer: a per-turn reference list would be misaligned.
         meta["partial_reference"] = answers
-    own = _own_id(record)
     if "model" in record and isinstance(record["model"], str):
         meta["model"] = record["model"]
-    return Prompt(
-        id=own if own is not None else turns_hash(turns),
-        turns=turns,
-        source=source,
-        category=_category(record),
-        reference=reference,
-        meta=meta,
-    )
+    return _prompt(record, turns, source, reference, meta)
 
 
 def read_sharegpt(record: dict[str, Any], source: str) -> Prompt:
@@ -233,14 +233,7 @@ def read_alpaca(record: dict[str, Any], source: str) -> Prompt:
     output = record.get("output")
     if output is not None and not isinstance(output, str):
         raise RecordError(f"'output' must be text, not {type(output).__name__}")
-    own = _own_id(record)
-    return Prompt(
-        id=own if own is not None else turns_hash([turn]),
-        turns=[turn],
-        source=source,
-        category=_category(record),
-        reference=[output] if output else None,
-    )
+    return _prompt(record, [turn], source, [output] if output else None)
 
 
 _OWN_FIELDS = frozenset(Prompt.model_fields)
@@ -265,14 +258,7 @@ def read_mtbench(record: dict[str, Any], source: str) -> Prompt:
         if not isinstance(reference, list) or not all(isinstance(r, str) for r in reference):
             raise RecordError("'reference' must be a list of texts")
         reference = reference or None
-    own = _own_id(record)
-    return Prompt(
-        id=own if own is not None else turns_hash(turns),
-        turns=turns,
-        source=source,
-        category=_category(record),
-        reference=reference,
-    )
+    return _prompt(record, turns, source, reference)
 
 
 def read_arenahard(record: dict[str, Any], source: str) -> Prompt:
@@ -282,14 +268,7 @@ def read_arenahard(record: dict[str, Any], source: str) -> Prompt:
     if isinstance(record.get("cluster"), str):
         # arena-hard's own topic label; Prompt.cluster is ours (k-means), so keep them apart.
         meta["source_cluster"] = record["cluster"]
-    own = _own_id(record)
-    return Prompt(
-        id=own if own is not None else turns_hash([turn]),
-        turns=[turn],
-        source=source,
-        category=_category(record),
-        meta=meta,
-    )
+    return _prompt(record, [turn], source, meta=meta)
 
 
 READERS: dict[str, Callable[[dict[str, Any], str], Prompt]] = {
@@ -305,7 +284,10 @@ READERS: dict[str, Callable[[dict[str, Any], str], Prompt]] = {
 
 
 def iter_rows(path: str | Path) -> Iterator[Row]:
-    """Yield the rows of a conversation file (see ``readers.iter_rows``); a JSON object of a known layout is one record."""
+    """Yield the rows of a conversation file (see ``readers.iter_rows``).
+
+    A JSON object of a known layout is one record.
+    """
     return _iter_rows(path, is_record=lambda value: detect_layout(value) is not None)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -25,7 +25,7 @@ from ..records import Prompt
 from ..store import Store
 from .filters import Step, build_moderator, clean
 from .ingest import IngestError, Ingestor, IngestReport, source_label
-from .settings import PoolConfig, SourceFormat, SourceSpec, TestsetConfig
+from .settings import PoolConfig, SourceSpec, TestsetConfig
 
 console = Console(stderr=True)  # progress and summaries of a run; results go to files and the store
 err_console = console
@@ -161,8 +161,10 @@ def print_problems(report: IngestReport, limit: int = 10) -> None:
 def steps_table(steps: Sequence[Step], title: str) -> Table:
     """Return the counts per step: in, out, dropped by reason, notes."""
     table = Table(title=title, title_justify="left")
-    for col, justify in (("step", "left"), ("in", "right"), ("out", "right"), ("dropped", "left"), ("notes", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("step", "left"), ("in", "right"), ("out", "right"), ("dropped", "left"), ("notes", "left"))
+    for col, justify in columns:
+        table.add_column(col, justify=justify)
     for s in steps:
         dropped = ", ".join(f"{k} {v}" for k, v in sorted(s.dropped.items())) or "-"
         notes = ", ".join(f"{k} {v}" for k, v in s.notes.items()) or ""
@@ -179,8 +181,8 @@ def per_cluster_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
         if col == "example":
             table.add_column(col, no_wrap=True, overflow="ellipsis", max_width=48)
         else:
-            justify = "left" if col == "cluster" else "right"
-            table.add_column(col, justify=justify, no_wrap=True, min_width=len(col))  # type: ignore[arg-type]
+            justify: JustifyMethod = "left" if col == "cluster" else "right"
+            table.add_column(col, justify=justify, no_wrap=True, min_width=len(col))
     for r in rows:
         table.add_row(*("-" if v is None else str(v) for v in r.values()))
     return table

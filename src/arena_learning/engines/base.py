@@ -155,7 +155,7 @@ class BatchedEngine(Engine):
             try:
                 results: list[Any] = await loop.run_in_executor(self.worker, self.generate_batch,
                                                                 [r for r, _ in batch])
-            except Exception as err:  # noqa: BLE001 - every caller of the batch must hear of it
+            except Exception as err:  # any error: every caller of the batch must hear of it
                 failure = err if isinstance(err, CallFailed) else CallFailed(f"{self.kind}: {err!r}")
                 results = [failure] * len(batch)
             for (_, fut), res in zip(batch, results):
@@ -179,7 +179,8 @@ def render_completion_prompt(fmt: PromptFormat, messages: list[dict[str, str]]) 
     if system:
         parts.append(system)
     for question, answer in fmt.few_shot:
-        parts.append(f"{fmt.user_prefix}{question}{fmt.user_suffix}{fmt.assistant_prefix} {answer}{fmt.assistant_suffix}")
+        parts.append(f"{fmt.user_prefix}{question}{fmt.user_suffix}"
+                     f"{fmt.assistant_prefix} {answer}{fmt.assistant_suffix}")
     for m in messages:
         if m["role"] == "user":
             parts.append(f"{fmt.user_prefix}{m['content']}{fmt.user_suffix}")

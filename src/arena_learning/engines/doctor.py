@@ -1,4 +1,5 @@
-"""What a bug report needs: the interpreter, OS, CPU, the llama.cpp build and whether it runs, torch, the bundled model."""
+"""What a bug report needs: the interpreter, OS, CPU, the llama.cpp build and whether it runs, torch, the bundled
+model."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from .llama_check import build_fingerprint, check_llama, cpu_info, library_dir
 from .llama_build import BUILD_TAG, wheel_dir
+from .llama_check import build_fingerprint, check_llama, cpu_info, library_dir
 
 WIDE_FEATURES = ("AVX512", "AMX", "AVX_VNNI")
 
@@ -67,7 +68,8 @@ def diagnose() -> dict[str, Any]:
     portable_wheels = sorted(p.name for p in wheel_dir().glob("*.whl")) if wheel_dir().is_dir() else []
     wide = wide_features(smoke.get("system_info", ""))
     return {
-        "python": {"version": sys.version.split()[0], "executable": sys.executable, "implementation": platform.python_implementation()},
+        "python": {"version": sys.version.split()[0], "executable": sys.executable,
+                   "implementation": platform.python_implementation()},
         "os": {"platform": platform.platform(), "kernel": platform.release()},
         "cpu": cpu_info(),
         "llama_cpp": {

@@ -37,7 +37,10 @@ BUILD_TAG = "portable-" + hashlib.sha256(CMAKE_ARGS.encode()).hexdigest()[:10]
 def wheel_dir() -> Path:
     """Return the folder that keeps the portable wheel (``$ARENA_WHEEL_CACHE`` or the arena cache)."""
     root = os.environ.get("ARENA_WHEEL_CACHE")
-    base = Path(root) if root else Path(os.environ.get("ARENA_CACHE") or Path.home() / ".cache" / "arena-learning") / "wheels"
+    if root:
+        base = Path(root)
+    else:
+        base = Path(os.environ.get("ARENA_CACHE") or Path.home() / ".cache" / "arena-learning") / "wheels"
     return base / f"llama-cpp-python-{VERSION}-{BUILD_TAG}"
 
 

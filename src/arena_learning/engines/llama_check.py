@@ -23,10 +23,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import EngineError
 from .bundled import cache_dir
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_types import CreateCompletionResponse
 
 REBUILD = "python -m arena_learning.engines.llama_build --rebuild"
 SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni",
@@ -40,7 +43,8 @@ _failure: str | None = None  # a probe that died in this process: later calls fa
 
 def cpu_info() -> dict[str, Any]:
     """Return the CPU model and which SIMD/AMX flags the kernel reports (Linux /proc/cpuinfo)."""
-    model, flags = platform.processor() or platform.machine(), set()
+    model = platform.processor() or platform.machine()
+    flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")
@@ -59,7 +63,7 @@ def library_dir() -> Path | None:
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def build_fingerprint() -> str:
@@ -175,7 +179,8 @@ def _probe(model_path: str) -> int:
     info = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
     llm = Llama(model_path=model_path, n_ctx=256, n_threads=min(2, os.cpu_count() or 1), verbose=False)
     prompt = "Question: What is the capital of France?\nAnswer: Paris\n\nQuestion: What is 2 + 3?\nAnswer:"
-    out = llm.create_completion(prompt=prompt, max_tokens=4, temperature=0.0, seed=0)
+    # stream=False (the default): one response, not the iterator of the union type
+    out = cast("CreateCompletionResponse", llm.create_completion(prompt=prompt, max_tokens=4, temperature=0.0, seed=0))
     llm.close()
     print(json.dumps({"system_info": info.strip(), "llama_cpp_version": getattr(llama_cpp, "__version__", "?"),
                       "text": out["choices"][0]["text"], "tokens": out["usage"]["completion_tokens"]}))

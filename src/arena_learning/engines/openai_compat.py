@@ -165,7 +165,8 @@ class OpenAIEngine(Engine):
                             except CallFailed as err:  # a mangled body (cut off, not JSON, no choices): ask again
                                 last_error = str(err)
                                 raise _Malformed from None
-                        last_error = f"HTTP {resp.status} from {endpoint.base_url}{path}: {raw[:300].decode('utf-8', 'replace')}"
+                        reply = raw[:300].decode("utf-8", "replace")
+                        last_error = f"HTTP {resp.status} from {endpoint.base_url}{path}: {reply}"
                         if resp.status not in RETRY_STATUS:
                             raise CallFailed(last_error)
                         retry_after = _retry_after(resp.headers.get("Retry-After"))

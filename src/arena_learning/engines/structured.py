@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
-from .control_tokens import control_token_flags
 from ..store import Store
 from .base import Engine, Request
 from .calls import CallStats, arun_requests, make_progress
+from .control_tokens import control_token_flags
 
 T = TypeVar("T")
 
@@ -85,7 +85,8 @@ _INJECTION_PARTS = (
     r"(?:new|updated) instructions?\s*:",
     r"you are (?:now )?(?:the|a) judge",
     r"as the judge,? you",
-    r"(?:give|assign|award|rate) (?:answer|assistant|response) ?[ab12]?\b.{0,20}\b(?:10|ten|a (?:perfect|higher) score)",
+    r"(?:give|assign|award|rate) (?:answer|assistant|response) ?[ab12]?\b.{0,20}"
+    r"\b(?:10|ten|a (?:perfect|higher) score)",
     r"score_[ab]\s*[\"']?\s*[:=]",
     r"\[\[\s*\d+\s*\]\]",
     r"^\s*(?:system|judge)\s*:",
@@ -110,7 +111,8 @@ _FAKE_END = re.compile(
 )
 _RUBRIC = re.compile(
     r"\b(?:new|updated|revised|changed|real|actual) (?:scoring |grading |evaluation )?(?:rubric|criteria|guidelines)\b"
-    r"|\brubric (?:has (?:been )?changed|now (?:says|requires)|says)\b|\bgrade (?:this|these|the) (?:answer|response)s? (?:on|by)\b",
+    r"|\brubric (?:has (?:been )?changed|now (?:says|requires)|says)\b"
+    r"|\bgrade (?:this|these|the) (?:answer|response)s? (?:on|by)\b",
     re.I,
 )
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
@@ -124,10 +126,10 @@ def _injection_flags(text: str) -> tuple[str, ...]:
     tokens = control_token_flags(text)
     if tokens:
         flags.append(f"control-tokens: {', '.join(tokens)}")
-    if _FAKE_END.search(text):
-        flags.append(f"fake-end-of-answer: {_FAKE_END.search(text).group(0).strip()[:40]!r}")
-    if _RUBRIC.search(text):
-        flags.append(f"rubric-change: {_RUBRIC.search(text).group(0).strip()[:40]!r}")
+    if fake_end := _FAKE_END.search(text):
+        flags.append(f"fake-end-of-answer: {fake_end.group(0).strip()[:40]!r}")
+    if rubric := _RUBRIC.search(text):
+        flags.append(f"rubric-change: {rubric.group(0).strip()[:40]!r}")
     if _INVISIBLE.search(text):
         flags.append("invisible-characters")
     low = text.translate(_TO_ASCII).lower()
@@ -172,7 +174,10 @@ def json_objects(text: str) -> list[dict[str, Any]]:
 
 
 def bounded_score(value: Any, key: str, low: float = 1.0, high: float = 10.0) -> float:
-    """Return ``value`` as a float in [low, high]; raise ParseError otherwise (never clamped: a fix would change results)."""
+    """Return ``value`` as a float in [low, high]; raise ParseError otherwise.
+
+    Never clamped: a fix would change results.
+    """
     if isinstance(value, bool) or value is None:
         raise ParseError(f"{key} is {value!r}, not a number")
     try:

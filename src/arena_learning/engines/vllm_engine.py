@@ -188,4 +188,4 @@ class VLLMEngine(BatchedEngine):
                 if requests[i].messages is not None and self.spec.prompt_format.strip_answer:
                     comp.text = comp.text.strip()
                 out[i] = comp
-        return out  # type: ignore[return-value]
+        return out  # type: ignore[return-value]  # no None left: every request is a chat or a text one

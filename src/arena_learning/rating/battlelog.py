@@ -163,8 +163,8 @@ def _read_with_pandas(p: Path, suffix: str) -> tuple[dict[str, Coded], int]:
     except (ValueError, OSError) as err:
         raise ArenaError(f"cannot read battle log {p}: {err}") from None
     names = list(frame.columns)
-    if (err := _missing_columns_error(p, names)) is not None:
-        raise err
+    if (missing := _missing_columns_error(p, names)) is not None:
+        raise missing
     prompt_col = next((c for c in PROMPT_COLUMNS if c in names), None)
     wanted = list(REQUIRED_COLUMNS) + ([prompt_col] if prompt_col else [])
     return {c: _code_series(frame[c]) for c in wanted}, len(frame)
@@ -284,7 +284,8 @@ _HASH_KEYS = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9)
 """Odd 64-bit multipliers of the string hash (golden ratio, splitmix64)."""
 
 
-def _group_bytes(data: np.ndarray, start: np.ndarray, length: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _group_bytes(data: np.ndarray, start: np.ndarray, length: np.ndarray, valid: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Group byte strings ``data[start:start+length]``; return (codes (N,), first row of each code).
 
     ``data`` must have 8 bytes of padding after the last string. Each string is hashed 8
@@ -384,7 +385,7 @@ def _reduce(p: Path, columns: dict[str, Coded], n: int) -> tuple[BattleTable, Ba
     skipped: Counter[str] = Counter()
     # winner: one lookup per distinct label; code -1 (missing) indexes the last entry
     win_codes, win_labels = columns["winner"]
-    labels = list(win_labels) + ["<missing>"]
+    labels = [*win_labels, "<missing>"]
     code = np.array([WINNER_CODES.get(lab, -1) for lab in labels], dtype=np.int8)[win_codes]
     unknown = code < 0
     if unknown.any():
@@ -398,7 +399,7 @@ def _reduce(p: Path, columns: dict[str, Coded], n: int) -> tuple[BattleTable, Ba
     def model_codes(coded: Coded) -> np.ndarray:
         codes, names = coded
         to_model = [canonical.setdefault(x, len(canonical)) if x else -1 for x in (s.strip() for s in names)]
-        return np.array(to_model + [-1], dtype=np.int32)[codes]  # -1: missing (last entry) or blank
+        return np.array([*to_model, -1], dtype=np.int32)[codes]  # -1: missing (last entry) or blank
 
     a = model_codes(columns["model_a"])
     b = model_codes(columns["model_b"])

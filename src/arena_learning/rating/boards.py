@@ -15,12 +15,17 @@ Known layouts are recognised by their columns:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ArenaError
 from ..records import Rating
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Z95 = 1.959963984540054
 """Normal quantile of a two-sided 95% interval (AlpacaEval publishes standard errors)."""
@@ -78,7 +83,8 @@ def _row_location(source: str, suffix: str, n: int) -> str:
     return f"{source}:{n if suffix in ('.jsonl', '.ndjson') else n + 1}"
 
 
-def _from_frame(frame, source: str, explicit: bool, model_col, score_col, lower_col, upper_col, where) -> Board:  # noqa: ANN001
+def _from_frame(frame: pd.DataFrame, source: str, explicit: bool, model_col: str | None, score_col: str | None,
+                lower_col: str | None, upper_col: str | None, where: Callable[[int], str]) -> Board:
     """Return the board of ``frame``; ``where(n)`` locates its n-th row (from 1) in the file."""
     cols = [str(c) for c in frame.columns]
     frame.columns = cols
@@ -90,7 +96,8 @@ def _from_frame(frame, source: str, explicit: bool, model_col, score_col, lower_
         lower_col = lower_col or ("lower" if "lower" in cols else None)
         upper_col = upper_col or ("upper" if "upper" in cols else None)
     elif {"rating_q025", "rating_q975"} <= set(cols):
-        layout, model_col, score_col, lower_col, upper_col = "arena-hard", "model", "score", "rating_q025", "rating_q975"
+        layout, model_col, score_col = "arena-hard", "model", "score"
+        lower_col, upper_col = "rating_q025", "rating_q975"
     elif "length_controlled_winrate" in cols:
         layout, score_col = "alpaca-eval", "length_controlled_winrate"
         model_col = "model" if "model" in cols else cols[0]
@@ -136,11 +143,11 @@ def _from_frame(frame, source: str, explicit: bool, model_col, score_col, lower_
     return Board(source, layout, entries)
 
 
-def _number(value: object, at: str, column: str) -> float | None:
+def _number(value: Any, at: str, column: str) -> float | None:  # Any: a cell of any type; float() decides
     if value is None:
         return None
     try:
-        x = float(value)  # type: ignore[arg-type]
+        x = float(value)
     except (TypeError, ValueError):
         raise ArenaError(f"{at}: column {column!r} holds {value!r}, not a number") from None
     return None if math.isnan(x) else x

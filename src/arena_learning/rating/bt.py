@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,63 @@ from ..records import Battle, Rating
 from .counts import RESAMPLE_CHOICES, BattleTable, CellCounts, PromptPatterns, bootstrap_counts
 
 TIE_CHOICES = ("half", "drop", "davidson")
+
+
+@dataclass(frozen=True)
+class RateOptions:
+    """How battles are rated: the options of ``rate``, ``leaderboard`` and ``style.rate_style``.
+
+    Attributes:
+        anchor: model fixed at ``anchor_rating``; None fixes the mean rating at ``initial``.
+        anchor_rating: the anchor's rating.
+        bootstrap: rounds (0 = no intervals). 100 is what the anchor boards use; 1000 for papers.
+        resample: ``"prompt"`` resamples whole prompts (honest when the games of one prompt
+            are correlated, e.g. both judge orders); ``"battle"`` resamples battles.
+        ties: ``"half"``, ``"drop"`` or ``"davidson"`` (see the module docstring).
+        seed: seed of the bootstrap; the same seed gives the same numbers.
+        scale, base, initial: the Elo scale: ``scale`` points = a factor ``base`` in odds.
+        prior_games: virtual games per model used only where the MLE does not exist.
+        ci: coverage of the interval (0.95 gives the 2.5% and 97.5% quantiles).
+    """
+
+    anchor: str | None = None
+    anchor_rating: float = 1000.0
+    bootstrap: int = 100
+    resample: str = "prompt"
+    ties: str = "half"
+    seed: int = 0
+    scale: float = 400.0
+    base: float = 10.0
+    initial: float = 1000.0
+    prior_games: float = 1.0
+    ci: float = 0.95
+
+    @classmethod
+    def build(cls, options: RateOptions | None = None, **overrides: Any) -> RateOptions:
+        """Return ``options`` (default: the defaults above) with ``overrides`` (option names as keywords) set."""
+        return replace(options or cls(), **overrides)
+
+    def check(self, models: Sequence[str]) -> None:
+        """Raise ``ArenaError`` naming the first option that is out of range or names no model of ``models``."""
+        if self.ties not in TIE_CHOICES:
+            raise ArenaError(f"unknown ties option {self.ties!r}: use one of {', '.join(TIE_CHOICES)}")
+        if self.resample not in RESAMPLE_CHOICES:
+            raise ArenaError(f"unknown resample option {self.resample!r}: use one of {', '.join(RESAMPLE_CHOICES)}")
+        if self.bootstrap < 0:
+            raise ArenaError(f"bootstrap rounds must be 0 or more, not {self.bootstrap}")
+        if not 0.0 < self.ci < 1.0:
+            raise ArenaError(f"ci must be between 0 and 1 (0.95 for 95% intervals), not {self.ci}")
+        if self.prior_games <= 0:
+            raise ArenaError(f"prior_games must be positive, not {self.prior_games}")
+        if self.anchor is not None and self.anchor not in models:
+            raise ArenaError(
+                f"anchor model {self.anchor!r} has no battles; models are: {', '.join(sorted(models))}"
+            )
+
+    @property
+    def elo_per_unit(self) -> float:
+        """Rating points per natural-log unit of strength."""
+        return self.scale / math.log(self.base)
 
 
 def log_expit(x: np.ndarray) -> np.ndarray:
@@ -61,6 +118,15 @@ def expit(x: np.ndarray) -> np.ndarray:
 
 class RatingWarning(UserWarning):
     """The data cannot support exact ratings (no MLE, models absent from bootstrap rounds)."""
+
+
+def _warn(notes: list[str], msg: str) -> None:
+    """Add ``msg`` to the fit's ``notes`` (for reports) and warn it as a ``RatingWarning``.
+
+    Called by the fitting function itself: the warning names the line that called that function.
+    """
+    notes.append(msg)
+    warnings.warn(msg, RatingWarning, stacklevel=3)
 
 
 @dataclass
@@ -136,74 +202,29 @@ def _finite_or_none(values: np.ndarray | None, k: int) -> float | None:
 # --------------------------------------------------------------------------- public API
 
 
-def leaderboard(
-    battles: Sequence[Battle],
-    *,
-    anchor: str | None = None,
-    anchor_rating: float = 1000.0,
-    bootstrap: int = 100,
-    resample: str = "prompt",
-    ties: str = "half",
-    seed: int = 0,
-    scale: float = 400.0,
-    base: float = 10.0,
-    initial: float = 1000.0,
-    prior_games: float = 1.0,
-    ci: float = 0.95,
-) -> list[Rating]:
+def leaderboard(battles: Sequence[Battle], options: RateOptions | None = None, **overrides: Any) -> list[Rating]:
     """Return the Bradley-Terry leaderboard of ``battles``, best first.
 
     See ``rate`` for the options; this is ``rate(BattleTable.from_battles(battles), ...)``
     turned into ``Rating`` records. Each ``Battle`` counts once whatever its ``games``
     (a battle is already the judge's combined verdict). Deterministic for a given ``seed``.
     """
-    table = BattleTable.from_battles(battles)
-    result = rate(
-        table,
-        anchor=anchor,
-        anchor_rating=anchor_rating,
-        bootstrap=bootstrap,
-        resample=resample,
-        ties=ties,
-        seed=seed,
-        scale=scale,
-        base=base,
-        initial=initial,
-        prior_games=prior_games,
-        ci=ci,
-    )
-    return result.to_ratings()
+    return rate(BattleTable.from_battles(battles), options, **overrides).to_ratings()
 
 
 def rate(
     table: BattleTable,
+    options: RateOptions | None = None,
     *,
-    anchor: str | None = None,
-    anchor_rating: float = 1000.0,
-    bootstrap: int = 100,
-    resample: str = "prompt",
-    ties: str = "half",
-    seed: int = 0,
-    scale: float = 400.0,
-    base: float = 10.0,
-    initial: float = 1000.0,
-    prior_games: float = 1.0,
-    ci: float = 0.95,
     max_chunk_elems: int = 4_000_000,
     resampled_counts: Iterable[np.ndarray] | None = None,
+    **overrides: Any,
 ) -> BTResult:
     """Return Bradley-Terry ratings of the battles in ``table`` with bootstrap intervals.
 
     Args:
-        anchor: model fixed at ``anchor_rating``; None fixes the mean rating at ``initial``.
-        bootstrap: rounds (0 = no intervals). 100 is what the anchor boards use; 1000 for papers.
-        resample: ``"prompt"`` resamples whole prompts (honest when the games of one prompt
-            are correlated, e.g. both judge orders); ``"battle"`` resamples battles.
-        ties: ``"half"``, ``"drop"`` or ``"davidson"`` (see the module docstring).
-        seed: seed of the bootstrap; the same seed gives the same numbers.
-        scale, base, initial: the Elo scale: 400 points = a factor ``base`` in odds.
-        prior_games: virtual games per model used only where the MLE does not exist.
-        ci: coverage of the interval (0.95 gives the 2.5% and 97.5% quantiles).
+        options: the ``RateOptions`` (default: their defaults).
+        overrides: options set by name on top of ``options`` (``rate(table, bootstrap=0)``).
         max_chunk_elems: bound on rounds * K * K per batch, which bounds memory.
         resampled_counts: the bootstrap's resamples given by the caller instead of drawn
             here: float (r, C) cell counts per chunk, in the cell order of
@@ -211,24 +232,12 @@ def rate(
             ``seed`` are then only recorded). Style control uses it so that its plain and
             controlled ratings see the same resample in every round.
     """
-    if ties not in TIE_CHOICES:
-        raise ArenaError(f"unknown ties option {ties!r}: use one of {', '.join(TIE_CHOICES)}")
-    if resample not in RESAMPLE_CHOICES:
-        raise ArenaError(f"unknown resample option {resample!r}: use one of {', '.join(RESAMPLE_CHOICES)}")
-    if bootstrap < 0:
-        raise ArenaError(f"bootstrap rounds must be 0 or more, not {bootstrap}")
-    if not 0.0 < ci < 1.0:
-        raise ArenaError(f"ci must be between 0 and 1 (0.95 for 95% intervals), not {ci}")
-    if prior_games <= 0:
-        raise ArenaError(f"prior_games must be positive, not {prior_games}")
+    o = RateOptions.build(options, **overrides)
     models = list(table.models)
-    if anchor is not None and anchor not in models:
-        raise ArenaError(
-            f"anchor model {anchor!r} has no battles; models are: {', '.join(sorted(models))}"
-        )
+    o.check(models)
     k = len(models)
     cells = CellCounts.from_table(table)
-    elo_per_unit = scale / math.log(base)
+    elo_per_unit = o.elo_per_unit
     notes: list[str] = []
 
     wins, losses, tie_counts, battles = _model_counts(table)
@@ -236,33 +245,31 @@ def rate(
     # ---- point estimate
     w, t = cells.matrices(cells.counts[None, :].astype(np.float64))
     present = (w + w.transpose(0, 2, 1) + t).sum(-1) > 0
-    connected = _fit_exists(w, t, ties, present)
+    connected = _fit_exists(w, t, o.ties, present)
     use_prior = not bool(connected[0])
     if use_prior:
-        msg = _no_mle_message(w[0], t[0], ties, models, prior_games)
-        notes.append(msg)
-        warnings.warn(msg, RatingWarning, stacklevel=2)
-    if ties == "davidson" and (w.sum() == 0):
+        msg = _no_mle_message(w[0], t[0], o.ties, models, o.prior_games)
+        _warn(notes, msg)
+    if o.ties == "davidson" and (w.sum() == 0):
         raise ArenaError("every battle is a tie: there is nothing to rate (use ties='half' to rate them all equal)")
-    prior = np.full(1, prior_games if use_prior else 0.0)
-    theta, nu, ok = _fit(w, t, ties, present, prior)
+    prior = np.full(1, o.prior_games if use_prior else 0.0)
+    theta, nu, ok = _fit(w, t, o.ties, present, prior)
     if not ok.all():
         msg = "the Bradley-Terry fit did not converge; the ratings may be inexact"
-        notes.append(msg)
-        warnings.warn(msg, RatingWarning, stacklevel=2)
+        _warn(notes, msg)
     point = theta[0] * elo_per_unit
-    point = _gauge(point[None, :], present, models, anchor, anchor_rating, initial, None)[0]
+    point = _gauge(point[None, :], present, models, o.anchor, o.anchor_rating, o.initial, None)[0]
 
     # ---- bootstrap
     boot = median = lo = hi = rank_ci = None
-    if bootstrap > 0:
+    if o.bootstrap > 0:
         if resampled_counts is None:
-            rng = np.random.default_rng(seed)
+            rng = np.random.default_rng(o.seed)
             # one battle per prompt: resampling prompts is resampling battles (the same draws)
-            by_prompt = resample == "prompt" and table.n_prompts < table.n_battles
+            by_prompt = o.resample == "prompt" and table.n_prompts < table.n_battles
             patterns = PromptPatterns.from_table(table, cells) if by_prompt else None
             chunk = max(1, max_chunk_elems // max(k * k, cells.n_cells))
-            resampled_counts = bootstrap_counts(cells, patterns, bootstrap, rng, chunk=chunk)
+            resampled_counts = bootstrap_counts(cells, patterns, o.bootstrap, rng, chunk=chunk)
         parts = []
         n_prior_rounds = 0
         n_absent_rounds = 0
@@ -271,46 +278,43 @@ def rate(
             bw, bt_ = cells.matrices(counts)
             bpresent = (bw + bw.transpose(0, 2, 1) + bt_).sum(-1) > 0
             if use_prior:
-                bprior = np.full(counts.shape[0], prior_games)
+                bprior = np.full(counts.shape[0], o.prior_games)
             else:
-                bconn = _fit_exists(bw, bt_, ties, bpresent)
-                bprior = np.where(bconn, 0.0, prior_games)
+                bconn = _fit_exists(bw, bt_, o.ties, bpresent)
+                bprior = np.where(bconn, 0.0, o.prior_games)
                 n_prior_rounds += int((~bconn).sum())
             # a round where no battle is a tie cannot fit Davidson's nu: it falls back to nu = 0
-            btheta, _, bok = _fit(bw, bt_, ties, bpresent, bprior)
+            btheta, _, bok = _fit(bw, bt_, o.ties, bpresent, bprior)
             if not bok.all():
                 notes.append(f"{int((~bok).sum())} bootstrap round(s) did not converge")
             elo = btheta * elo_per_unit
             elo[~bpresent] = np.nan
             n_absent_rounds += int((~bpresent.all(axis=1)).sum())
-            if anchor is not None:
-                n_anchorless_rounds += int((~bpresent[:, models.index(anchor)]).sum())
-            parts.append(_gauge(elo, bpresent, models, anchor, anchor_rating, initial, point))
+            if o.anchor is not None:
+                n_anchorless_rounds += int((~bpresent[:, models.index(o.anchor)]).sum())
+            parts.append(_gauge(elo, bpresent, models, o.anchor, o.anchor_rating, o.initial, point))
         boot = np.concatenate(parts, axis=0)
-        if boot.shape[0] != bootstrap:
-            raise ValueError(f"resampled_counts gave {boot.shape[0]} rounds for bootstrap={bootstrap}")
+        if boot.shape[0] != o.bootstrap:
+            raise ValueError(f"resampled_counts gave {boot.shape[0]} rounds for bootstrap={o.bootstrap}")
         if n_prior_rounds:
             msg = (
-                f"{n_prior_rounds} of {bootstrap} bootstrap rounds had a model that never won or never lost "
-                f"in the resample; those rounds used the prior of {prior_games:g} virtual games per model"
+                f"{n_prior_rounds} of {o.bootstrap} bootstrap rounds had a model that never won or never lost "
+                f"in the resample; those rounds used the prior of {o.prior_games:g} virtual games per model"
             )
-            notes.append(msg)
-            warnings.warn(msg, RatingWarning, stacklevel=2)
+            _warn(notes, msg)
         if n_absent_rounds:
             msg = (
-                f"{n_absent_rounds} of {bootstrap} bootstrap rounds left out every battle of some model; "
+                f"{n_absent_rounds} of {o.bootstrap} bootstrap rounds left out every battle of some model; "
                 "its interval uses the other rounds"
             )
-            notes.append(msg)
-            warnings.warn(msg, RatingWarning, stacklevel=2)
+            _warn(notes, msg)
         if n_anchorless_rounds:
             msg = (
-                f"{n_anchorless_rounds} of {bootstrap} bootstrap rounds left out every battle of the anchor "
-                f"{anchor!r}; they say nothing about ratings relative to it, so no interval uses them"
+                f"{n_anchorless_rounds} of {o.bootstrap} bootstrap rounds left out every battle of the anchor "
+                f"{o.anchor!r}; they say nothing about ratings relative to it, so no interval uses them"
             )
-            notes.append(msg)
-            warnings.warn(msg, RatingWarning, stacklevel=2)
-        alpha = (1.0 - ci) / 2.0
+            _warn(notes, msg)
+        alpha = (1.0 - o.ci) / 2.0
         with warnings.catch_warnings():
             # a model absent from every round has an all-NaN column: warned below, by name
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -318,11 +322,10 @@ def rate(
         no_interval = [models[j] for j in np.flatnonzero(~(np.isfinite(lo) & np.isfinite(hi)))]
         if no_interval:
             msg = (
-                f"{', '.join(no_interval)}: no battle in any of the {bootstrap} bootstrap rounds, so no interval "
+                f"{', '.join(no_interval)}: no battle in any of the {o.bootstrap} bootstrap rounds, so no interval "
                 "(too few battles or prompts for this model; use more rounds or --resample battle)"
             )
-            notes.append(msg)
-            warnings.warn(msg, RatingWarning, stacklevel=2)
+            _warn(notes, msg)
         rank_ci = 1 + (lo[None, :] > hi[:, None]).sum(axis=1)
 
     rank = ranks(point)
@@ -339,20 +342,10 @@ def rate(
         losses=losses,
         ties=tie_counts,
         battles=battles,
-        tie_param=float(nu[0]) if ties == "davidson" else None,
+        tie_param=float(nu[0]) if o.ties == "davidson" else None,
         warnings=notes,
         settings={
-            "anchor": anchor,
-            "anchor_rating": anchor_rating,
-            "bootstrap": bootstrap,
-            "resample": resample,
-            "ties": ties,
-            "seed": seed,
-            "scale": scale,
-            "base": base,
-            "initial": initial,
-            "prior_games": prior_games,
-            "ci": ci,
+            **asdict(o),
             "prior_used": use_prior,
         },
     )
@@ -382,7 +375,7 @@ def fit_counts(
     present = (w + w.transpose(0, 2, 1) + t).sum(-1) > 0
     prior = np.broadcast_to(np.asarray(prior_games, dtype=np.float64), (w.shape[0],)).copy()
     theta, nu, _ = _fit(w, t, tie_model, present, prior)
-    return (theta[0], nu[0]) if squeeze else (theta, nu)  # type: ignore[return-value]
+    return (theta[0], nu[0]) if squeeze else (theta, nu)
 
 
 def fits_exist(wins: np.ndarray, ties: np.ndarray | None = None, *, tie_model: str = "half") -> np.ndarray:
@@ -521,6 +514,30 @@ def _gauge(
     return out
 
 
+def damped_step(loglik: Callable[[np.ndarray], np.ndarray], par: np.ndarray, step: np.ndarray, ll: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (step lengths t (R,), stuck bool (R,), log-likelihood at ``par + t * step`` (R,)).
+
+    The line search of a batch of R Newton fits: each round's ``step`` (R, P) from ``par``
+    (R, P), whose log-likelihood is ``ll`` (R,), is halved (at most 40 times) until
+    ``loglik`` (float (R, P) -> (R,)) no longer goes down. A round where no length helps is
+    stuck: it stays put (t = 0, log-likelihood ``ll``).
+    """
+    t = np.ones(par.shape[0])
+    stuck = np.zeros(par.shape[0], dtype=bool)
+    for _ in range(40):
+        ll_new = loglik(par + t[:, None] * step)
+        bad = ll_new < ll - 1e-12 * np.abs(ll)
+        if not bad.any():
+            break
+        t = np.where(bad, t * 0.5, t)
+    else:
+        stuck = bad
+        t = np.where(stuck, 0.0, t)
+        ll_new = np.where(stuck, ll, ll_new)
+    return t, stuck, ll_new
+
+
 def _newton_direction(neg_hessian: np.ndarray, grad: np.ndarray) -> np.ndarray:
     """Return float64 (R, P): the Newton step solving ``neg_hessian @ step = grad`` per round."""
     return np.linalg.solve(neg_hessian, grad[:, :, None])[:, :, 0]
@@ -613,7 +630,7 @@ def _fit(
         s = expit(th)
         ll = ll + prior * 0.5 * (log_expit(th) + log_expit(-th)).sum(1)
         grad[:, :k] += prior[:, None] * (0.5 - s)
-        if need_hessian:
+        if hess is not None:  # need_hessian
             hess[:, np.arange(k), np.arange(k)] -= prior[:, None] * s * (1 - s)
         return ll, grad, hess
 
@@ -630,21 +647,9 @@ def _fit(
         g = np.where(free, grad, 0.0)
         step = _newton_direction(neg, g)
         step[converged] = 0.0
-        # damped: halve the step where the log-likelihood would go down
-        t = np.ones(r)
-        stuck = np.zeros(r, dtype=bool)
-        for _ in range(40):
-            cand = theta + t[:, None] * step
-            ll_new, _, _ = objective(cand, False)
-            bad = ll_new < ll - 1e-12 * np.abs(ll)
-            if not bad.any():
-                break
-            t = np.where(bad, t * 0.5, t)
-        else:
-            # no step length raised the likelihood: stay put; that is convergence only
-            # where the gradient is already ~0 (rounding), otherwise a failed round
-            stuck = bad
-            t = np.where(stuck, 0.0, t)
+        # damped: halve the step where the log-likelihood would go down; a stuck round is
+        # converged only where the gradient is already ~0 (rounding), otherwise it failed
+        t, stuck, _ = damped_step(lambda par: objective(par, False)[0], theta, step, ll)
         theta = theta + t[:, None] * step
         flat = np.abs(g).max(1) <= 1e-8 * np.maximum(1.0, np.abs(ll))
         # judged on the full Newton step: a step the line search shrank to nothing is no progress

@@ -199,8 +199,9 @@ def compare_boards(
     sep_r = separability(rl, rh)
     n_sep = int(np.triu(separated(cl, ch) != 0, 1).sum())
     brier = pair_rank_brier(cs, cl, ch, rs, rl, rh, ci=ci)
-    parts = (spearman, agreement, sep_c)
-    average = float(np.mean(parts)) if all(p is not None for p in parts) else None
+    average = None
+    if spearman is not None and agreement is not None and sep_c is not None:
+        average = float(np.mean([spearman, agreement, sep_c]))
     return Consistency(
         models=models,
         spearman=spearman,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -106,7 +105,8 @@ class BattleTable:
             raise ArenaError("no battles to rate: the battle list is empty")
         if len(model_b) != n or len(outcome) != n or (prompt is not None and len(prompt) != n):
             raise ValueError("model_a, model_b, outcome and prompt must have the same length")
-        codes, uniques = pd.factorize(np.concatenate([np.asarray(model_a, dtype=object), np.asarray(model_b, dtype=object)]))
+        both = np.concatenate([np.asarray(model_a, dtype=object), np.asarray(model_b, dtype=object)])
+        codes, uniques = pd.factorize(both)
         if (codes < 0).any():
             raise ArenaError("a battle has no model name (model_a or model_b is empty/missing)")
         a = codes[:n].astype(np.int32)

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..errors import ArenaError
 from ..records import Battle, Prompt, Rating
+
+if TYPE_CHECKING:
+    from .bt import RateOptions
 
 GroupBy = Literal["category", "cluster", "subset"]
 GROUP_BY: tuple[str, ...] = ("category", "cluster", "subset")
@@ -52,11 +55,12 @@ def group_battles(battles: Sequence[Battle], prompts: Sequence[Prompt], by: str)
     return dict(sorted(out.items()))
 
 
-def rate_groups(groups: Mapping[K, Sequence[Battle]], **rate_kwargs: object) -> tuple[dict[K, list[Rating]], dict[K, str]]:
+def rate_groups(groups: Mapping[K, Sequence[Battle]], options: RateOptions | None = None, **overrides: Any
+                ) -> tuple[dict[K, list[Rating]], dict[K, str]]:
     """Return (group -> leaderboard of its battles, group -> why it has none).
 
-    ``rate_kwargs`` go to ``bt.leaderboard`` (anchor, bootstrap, resample, seed, ...). A group
-    that cannot be rated (one model, the anchor absent) is named with the reason, not raised.
+    ``options`` and ``overrides`` go to ``bt.leaderboard`` (anchor, bootstrap, resample, seed, ...).
+    A group that cannot be rated (one model, the anchor absent) is named with the reason, not raised.
     """
     from .bt import leaderboard
 
@@ -66,16 +70,16 @@ def rate_groups(groups: Mapping[K, Sequence[Battle]], **rate_kwargs: object) -> 
         try:
             with warnings.catch_warnings():  # small groups often lack an exact optimum: the prior handles it
                 warnings.simplefilter("ignore")
-                boards[name] = leaderboard(bs, **rate_kwargs)  # type: ignore[arg-type]
+                boards[name] = leaderboard(bs, options, **overrides)
         except (ArenaError, ValueError) as err:
             skipped[name] = str(err)
     return boards, skipped
 
 
-def group_boards(battles: Sequence[Battle], prompts: Sequence[Prompt], by: str, **rate_kwargs: object
-                 ) -> tuple[dict[str, list[Rating]], dict[str, str]]:
+def group_boards(battles: Sequence[Battle], prompts: Sequence[Prompt], by: str, options: RateOptions | None = None,
+                 **overrides: Any) -> tuple[dict[str, list[Rating]], dict[str, str]]:
     """Return (group -> leaderboard, group -> why it has none) of ``battles`` grouped ``by`` (see ``rate_groups``)."""
     groups = group_battles(battles, prompts, by)
     if not groups:
         raise ArenaError(f"no battle's prompt has a {by}: nothing to break down (see `arena leaderboard --help`)")
-    return rate_groups(groups, **rate_kwargs)
+    return rate_groups(groups, options, **overrides)

@@ -13,8 +13,9 @@ Differences from AlpacaEval, and why: AlpacaEval reads instruction difficulty fr
 precomputed on its public leaderboard; here it is estimated from the other models' battles
 against the same reference in this workspace (a joint GLM with a term per instruction, each
 model's difficulty fitted leaving that model out: fitted with its own outcomes, the term would
-soak them up and its weight would grow with the noise). With no other model the term is 0. AlpacaEval also regularises towards prompted "gamed" baselines it
-ships; we have none, and use a mild L2 penalty instead. Its L1 with cross-validated strength
+soak them up and its weight would grow with the noise). With no other model the term is 0.
+AlpacaEval also regularises towards prompted "gamed" baselines it ships; we have none, and use
+a mild L2 penalty instead. Its L1 with cross-validated strength
 becomes a fixed L2 here (scikit-learn ``LogisticRegression``), and its standard error a
 bootstrap over prompts (the GLM refitted in every round).
 """
@@ -206,7 +207,10 @@ def lc_win_rates(
 
 def _bootstrap(r: _Rows, sd: float, difficulty: np.ndarray, rounds: int,
                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Return float (rounds,) raw and LC win rates (percent) over prompt resamples of ``r``, the GLM refitted in each."""
+    """Return float (rounds,) raw and LC win rates (percent) over prompt resamples of ``r``.
+
+    The GLM is refitted in each round.
+    """
     from scipy.special import expit
 
     prompts, inverse = np.unique(r.prompt, return_inverse=True)

@@ -53,7 +53,7 @@ class ModelScores:
 
 def graded_answers(judgments: Sequence[Judgment], turn_of: Callable[[str], tuple[str, int]] | None = None
                    ) -> tuple[dict[tuple[str, str], dict[int, float]], set[tuple[str, str]]]:
-    """Return ((prompt id, model) -> turn (from 1) -> grade, the (prompt id, model) answers whose every judgment failed).
+    """Return ((prompt id, model) -> turn (from 1) -> grade, the (prompt id, model) answers whose judgments all failed).
 
     ``turn_of`` maps a judgment's prompt id to (prompt id, its first turn), for judgments made
     turn by turn under ids of their own (FastChat's second turn imported as ``81#turn2``).

@@ -15,11 +15,11 @@ bootstrap rounds is still fitted as one batch.
 
 from __future__ import annotations
 
-import math
 import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -27,8 +27,19 @@ from scipy.special import expit, log_expit
 
 from ..errors import ArenaError
 from ..records import Battle
-from .bt import TIE_CHOICES, BTResult, RatingWarning, _fit_exists, _gauge, _model_counts, ranks, rate
-from .counts import A_WINS, RESAMPLE_CHOICES, TIE, BattleTable, CellCounts
+from .bt import (
+    TIE_CHOICES,
+    BTResult,
+    RateOptions,
+    _fit_exists,
+    _gauge,
+    _model_counts,
+    _warn,
+    damped_step,
+    ranks,
+    rate,
+)
+from .counts import A_WINS, TIE, BattleTable, CellCounts
 
 STYLE_FEATURES = ("length", "headers", "lists", "bold")
 """Names of the columns ``answer_style`` returns, in order."""
@@ -63,7 +74,8 @@ def normalised_difference(features_a: np.ndarray, features_b: np.ndarray) -> np.
     fa = np.asarray(features_a, dtype=np.float64)
     fb = np.asarray(features_b, dtype=np.float64)
     if fa.shape != fb.shape or fa.ndim != 2:
-        raise ArenaError(f"style features must be two (battles, features) arrays of one shape, got {fa.shape} and {fb.shape}")
+        raise ArenaError(
+            f"style features must be two (battles, features) arrays of one shape, got {fa.shape} and {fb.shape}")
     if (fa < 0).any() or (fb < 0).any():
         raise ArenaError("style features are counts and must not be negative")
     total = fa + fb
@@ -150,9 +162,10 @@ def style_control(
     battles: Sequence[Battle],
     features_a: np.ndarray,
     features_b: np.ndarray,
+    options: RateOptions | None = None,
     *,
     feature_names: Sequence[str] = STYLE_FEATURES,
-    **options,
+    **overrides: Any,
 ) -> StyleResult:
     """Return ratings with and without style control for ``battles``.
 
@@ -161,55 +174,45 @@ def style_control(
         features_a, features_b: float (N, F) non-negative counts of model_a's and
             model_b's answer in each battle (``style_features`` makes them from texts).
         feature_names: F names.
-        options: as ``rate_style`` (anchor, bootstrap, resample, ties, seed, ...).
+        options, overrides: the ``bt.RateOptions`` and options set by name, as ``rate_style``.
     """
     if len(battles) != np.asarray(features_a).shape[0]:
         raise ArenaError(
-            f"style features have {np.asarray(features_a).shape[0]} rows for {len(battles)} battles: give one row per battle"
+            f"style features have {np.asarray(features_a).shape[0]} rows for {len(battles)} battles: "
+            "give one row per battle"
         )
     table = BattleTable.from_battles(battles)
     weight = np.array([b.weight for b in battles])  # a battle of weight w is w rows of the table
     if (weight != 1).any():
         features_a, features_b = np.repeat(features_a, weight, axis=0), np.repeat(features_b, weight, axis=0)
-    return rate_style(table, features_a, features_b, feature_names=feature_names, **options)
+    return rate_style(table, features_a, features_b, options, feature_names=feature_names, **overrides)
 
 
 def rate_style(
     table: BattleTable,
     features_a: np.ndarray,
     features_b: np.ndarray,
+    options: RateOptions | None = None,
     *,
     feature_names: Sequence[str] = STYLE_FEATURES,
-    anchor: str | None = None,
-    anchor_rating: float = 1000.0,
-    bootstrap: int = 100,
-    resample: str = "prompt",
-    ties: str = "half",
-    seed: int = 0,
-    scale: float = 400.0,
-    base: float = 10.0,
-    initial: float = 1000.0,
-    prior_games: float = 1.0,
-    ci: float = 0.95,
     max_chunk_elems: int = 8_000_000,
+    **overrides: Any,
 ) -> StyleResult:
-    """Return style-controlled and plain ratings of ``table`` (options as ``bt.rate``).
+    """Return style-controlled and plain ratings of ``table`` (options and overrides as ``bt.rate``).
 
     ``ties="davidson"`` is not available with style control (use "half" or "drop").
     """
-    if ties not in TIE_CHOICES or ties == "davidson":
-        raise ArenaError(f"style control supports ties='half' or 'drop', not {ties!r}")
-    if resample not in RESAMPLE_CHOICES:
-        raise ArenaError(f"unknown resample option {resample!r}: use one of {', '.join(RESAMPLE_CHOICES)}")
+    o = RateOptions.build(options, **overrides)
+    if o.ties not in TIE_CHOICES or o.ties == "davidson":
+        raise ArenaError(f"style control supports ties='half' or 'drop', not {o.ties!r}")
+    models = list(table.models)
+    o.check(models)
     diff = normalised_difference(features_a, features_b)
     if diff.shape[0] != table.n_battles:
         raise ArenaError(f"style features have {diff.shape[0]} rows for {table.n_battles} battles")
     names = list(feature_names)
     if len(names) != diff.shape[1]:
         raise ArenaError(f"{len(names)} feature names for {diff.shape[1]} feature columns")
-    models = list(table.models)
-    if anchor is not None and anchor not in models:
-        raise ArenaError(f"anchor model {anchor!r} has no battles; models are: {', '.join(sorted(models))}")
     notes: list[str] = []
 
     # standardise each feature over battles; a constant feature carries no information
@@ -223,16 +226,16 @@ def rate_style(
     s_all[:, used] = (diff[:, used] - mean[used]) / std[used]
     s = s_all[:, used]
 
-    rows = _Rows.build(table, s, ties)
+    rows = _Rows.build(table, s, o.ties)
     k = table.n_models
-    elo_per_unit = scale / math.log(base)
+    elo_per_unit = o.elo_per_unit
     chunk = max(1, max_chunk_elems // max(1, rows.n * max(1, s.shape[1]), table.n_battles))
 
     def multiplier_chunks():
         """Yield float64 (r, N) battle multipliers per chunk; the same for a given seed, every call."""
-        rng = np.random.default_rng(seed)
-        for start in range(0, bootstrap, chunk):
-            yield _battle_multipliers(table, rng, min(chunk, bootstrap - start), resample)
+        rng = np.random.default_rng(o.seed)
+        for start in range(0, o.bootstrap, chunk):
+            yield _battle_multipliers(table, rng, min(chunk, o.bootstrap - start), o.resample)
 
     # The plain ratings are fitted on the very resamples the controlled ones get below
     # (regenerated from the same seed), so that in each round the two differ only by the
@@ -242,11 +245,7 @@ def rate_style(
         (np.ones(table.n_battles), (cells.battle_cell, np.arange(table.n_battles))),
         shape=(cells.n_cells, table.n_battles),
     )
-    plain = rate(
-        table, anchor=anchor, anchor_rating=anchor_rating, bootstrap=bootstrap, resample=resample, ties=ties,
-        seed=seed, scale=scale, base=base, initial=initial, prior_games=prior_games, ci=ci,
-        resampled_counts=(np.asarray((cell_of_battle @ m.T).T) for m in multiplier_chunks()),
-    )
+    plain = rate(table, o, resampled_counts=(np.asarray((cell_of_battle @ m.T).T) for m in multiplier_chunks()))
 
     weights = rows.base_weight[None, :]
     present = rows.present(weights)
@@ -256,40 +255,39 @@ def rate_style(
     if use_prior:
         msg = (
             "exact style-controlled ratings do not exist (a model never won or never lost, or the battle "
-            f"graph is in pieces); a prior of {prior_games:g} virtual games per model keeps them finite"
+            f"graph is in pieces); a prior of {o.prior_games:g} virtual games per model keeps them finite"
         )
-        notes.append(msg)
-        warnings.warn(msg, RatingWarning, stacklevel=2)
-    theta, beta, ok = _fit_contextual(rows, weights, present, np.full(1, prior_games if use_prior else 0.0))
+        _warn(notes, msg)
+    theta, beta, ok = _fit_contextual(rows, weights, present, np.full(1, o.prior_games if use_prior else 0.0))
     if not ok.all():
         notes.append("the style-controlled fit did not converge; ratings may be inexact")
-    point = _gauge(theta * elo_per_unit, present, models, anchor, anchor_rating, initial, None)[0]
+    point = _gauge(theta * elo_per_unit, present, models, o.anchor, o.anchor_rating, o.initial, None)[0]
     coefficients = np.zeros(len(names))
     coefficients[used] = beta[0]
 
     boot = median = lo = hi = rank_ci = None
     coef_lo = coef_hi = None
-    if bootstrap > 0:
+    if o.bootstrap > 0:
         parts, coef_parts = [], []
         for battle_mult in multiplier_chunks():
             rc = battle_mult.shape[0]
             bw = rows.base_weight[None, :] * battle_mult[:, rows.battle]
             bpresent = rows.present(bw)
             if use_prior:
-                bprior = np.full(rc, prior_games)
+                bprior = np.full(rc, o.prior_games)
             else:
                 bconn = _fit_exists(rows.win_matrix(bw), np.zeros((rc, k, k)), "half", bpresent)
-                bprior = np.where(bconn, 0.0, prior_games)
+                bprior = np.where(bconn, 0.0, o.prior_games)
             bth, bbeta, _ = _fit_contextual(rows, bw, bpresent, bprior, ridge=1e-9)
             elo = bth * elo_per_unit
             elo[~bpresent] = np.nan
-            parts.append(_gauge(elo, bpresent, models, anchor, anchor_rating, initial, point))
+            parts.append(_gauge(elo, bpresent, models, o.anchor, o.anchor_rating, o.initial, point))
             full = np.zeros((rc, len(names)))
             full[:, used] = bbeta
             coef_parts.append(full)
         boot = np.concatenate(parts)
         coefs = np.concatenate(coef_parts)
-        alpha = (1.0 - ci) / 2.0
+        alpha = (1.0 - o.ci) / 2.0
         lo, median, hi = np.nanquantile(boot, [alpha, 0.5, 1.0 - alpha], axis=0)
         rank_ci = (1 + (lo[None, :] > hi[:, None]).sum(axis=1)).astype(np.int64)
         coef_lo, coef_hi = np.quantile(coefs, [alpha, 1.0 - alpha], axis=0)
@@ -348,7 +346,8 @@ class _Rows:
         tie_idx = idx[o == TIE]
         if ties == "half":
             battle = np.concatenate([decisive, tie_idx, tie_idx])
-            y = np.concatenate([(o[decisive] == A_WINS).astype(np.float64), np.ones(tie_idx.size), np.zeros(tie_idx.size)])
+            y = np.concatenate(
+                [(o[decisive] == A_WINS).astype(np.float64), np.ones(tie_idx.size), np.zeros(tie_idx.size)])
             w = np.concatenate([np.ones(decisive.size), np.full(2 * tie_idx.size, 0.5)])
         else:
             battle = decisive
@@ -362,7 +361,8 @@ class _Rows:
         n = battle.size
         rows = np.arange(n)
         design = sp.csr_matrix(
-            (np.concatenate([np.ones(n), -np.ones(n)]), (np.concatenate([rows, rows]), np.concatenate([a, b]))), shape=(n, k)
+            (np.concatenate([np.ones(n), -np.ones(n)]), (np.concatenate([rows, rows]), np.concatenate([a, b]))),
+            shape=(n, k),
         )
         pair = sp.csr_matrix((np.ones(n), (rows, a * k + b)), shape=(n, k * k))
         winner = np.where(y == 1, a, b)
@@ -441,8 +441,8 @@ def _fit_contextual(
             system regular when features are collinear in a resample).
     A feature that is constant in a round (e.g. no answer drawn into a bootstrap resample has
     bold text) carries no information there and would make the system singular: it is held at 0
-    in that round, as an absent model is. The gauge is handled as in ``bt._fit``. A round whose line search finds no ascent is not
-    reported as converged unless its gradient is already zero.
+    in that round, as an absent model is. The gauge is handled as in ``bt._fit``. A round whose
+    line search finds no ascent is not reported as converged unless its gradient is already zero.
     """
     r = weights.shape[0]
     k = rows.k
@@ -508,19 +508,8 @@ def _fit_contextual(
         neg = np.where(free[:, :, None] & free[:, None, :], neg, 0.0) + (~free)[:, :, None] * eye
         step = np.linalg.solve(neg, np.where(free, grad, 0.0)[:, :, None])[:, :, 0]
         step[converged] = 0.0
-        t = np.ones(r)
-        stuck = np.zeros(r, dtype=bool)
-        for _ in range(40):
-            ll_new = loglik(par + t[:, None] * step)
-            bad = ll_new < ll - 1e-12 * np.abs(ll)
-            if not bad.any():
-                break
-            t = np.where(bad, t * 0.5, t)
-        else:
-            # no step length raised the likelihood: stay put, and do not call that convergence
-            stuck = bad
-            t = np.where(stuck, 0.0, t)
-            ll_new = np.where(stuck, ll, ll_new)
+        # a stuck round (no step length raised the likelihood) stays put, and is not called converged
+        t, stuck, ll_new = damped_step(loglik, par, step, ll)
         par = par + t[:, None] * step
         ll = ll_new
         flat = np.abs(np.where(free, grad, 0.0)).max(1) <= 1e-8 * np.maximum(1.0, np.abs(ll))

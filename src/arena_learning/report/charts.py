@@ -31,7 +31,8 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.ceil(lo / step) * step
-    out, v = [], start
+    out: list[float] = []
+    v = start
     while v <= hi + 1e-9 and len(out) < 50:
         out.append(round(v, 10))
         v += step
@@ -66,10 +67,12 @@ def ci_plot(rows: Sequence[tuple[str, float, float | None, float | None]], width
     for i, ((name, v, _, _), a, b) in enumerate(zip(rows, lows, highs)):
         y = 15 + i * row_h
         short = name if len(name) <= 32 else name[:31] + "\u2026"
-        parts.append(f'<text x="{label_w - 8}" y="{y + 4}" text-anchor="end">{esc(short)}<title>{esc(name)}</title></text>')
+        parts.append(f'<text x="{label_w - 8}" y="{y + 4}" text-anchor="end">{esc(short)}'
+                     f'<title>{esc(name)}</title></text>')
         parts.append(f'<line class="ci" x1="{x(a):.1f}" x2="{x(b):.1f}" y1="{y}" y2="{y}" stroke="#7aa6d6" '
                      f'stroke-width="6"><title>{esc(name)}: {a:.1f} .. {b:.1f}</title></line>')
-        parts.append(f'<circle cx="{x(v):.1f}" cy="{y}" r="4.5" fill="#1f4e85"><title>{esc(name)}: {v:.1f}</title></circle>')
+        parts.append(f'<circle cx="{x(v):.1f}" cy="{y}" r="4.5" fill="#1f4e85">'
+                     f'<title>{esc(name)}: {v:.1f}</title></circle>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -207,7 +210,8 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, w
         ly = top + 12 + k * 16
         if k < 14:
             parts.append(f'<line x1="{left + pw + 12}" x2="{left + pw + 28}" y1="{ly - 4}" y2="{ly - 4}" '
-                         f'stroke="{colour}" stroke-width="3"/><text x="{left + pw + 32}" y="{ly}">{esc(name[:22])}</text>')
+                         f'stroke="{colour}" stroke-width="3"/>'
+                         f'<text x="{left + pw + 32}" y="{ly}">{esc(name[:22])}</text>')
     parts.append("</svg>")
     return "".join(parts)
 

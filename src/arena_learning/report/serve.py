@@ -14,7 +14,7 @@ HOST = "127.0.0.1"
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:  # `format` shadows the builtin: the base class's name
         pass
 
     def end_headers(self) -> None:

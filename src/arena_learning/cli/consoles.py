@@ -1,0 +1,25 @@
+"""The consoles the commands print with: results on stdout, progress and warnings on stderr.
+
+When the stream is a file or a pipe (CI logs, ``> out.txt``) Rich would assume 80 columns and
+squeeze the tables; there it gets ``PIPE_WIDTH`` columns instead. On a terminal it takes the
+terminal's width.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+
+PIPE_WIDTH = 120
+"""Columns of a table printed to a file or pipe."""
+
+
+def stdout_console() -> Console:
+    """Return a console on stdout (results only, so ``--json`` output can be piped), ``PIPE_WIDTH`` wide off a tty."""
+    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH)
+
+
+def stderr_console() -> Console:
+    """Return a console on stderr (progress, call stats, warnings), ``PIPE_WIDTH`` wide off a tty."""
+    return Console(stderr=True, width=None if sys.stderr.isatty() else PIPE_WIDTH)
