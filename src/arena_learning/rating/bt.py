@@ -205,7 +205,7 @@ def _finite_or_none(values: np.ndarray | None, k: int) -> float | None:
 def leaderboard(battles: Sequence[Battle], options: RateOptions | None = None, **overrides: Any) -> list[Rating]:
     """Return the Bradley-Terry leaderboard of ``battles``, best first.
 
-    See ``rate`` for the options; this is ``rate(BattleTable.from_battles(battles), ...)``
+    See ``RateOptions`` for the options; this is ``rate(BattleTable.from_battles(battles), ...)``
     turned into ``Rating`` records. Each ``Battle`` counts once whatever its ``games``
     (a battle is already the judge's combined verdict). Deterministic for a given ``seed``.
     """
