@@ -162,7 +162,7 @@ def main() -> int:
                 print("no Chromium (apt-get install -y chromium, or set ARENA_CHROMIUM): no browser figures")
                 return 0
             try:
-                import playwright  # noqa: F401
+                import playwright  # noqa: F401 - imported only to see whether it is installed
             except ImportError:
                 print("no Playwright (pip install -e '.[dev]'): no browser figures")
                 return 0

@@ -52,7 +52,6 @@ from dataclasses import dataclass
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-# E402 below: numpy (and every module that loads it) only after the thread limits above
 import numpy as np  # noqa: E402 - after the thread limits
 from scipy.stats import spearmanr  # noqa: E402 - loads numpy: after the thread limits
 
