@@ -8,7 +8,6 @@ ratings, skipped rows) go to stderr, so ``--json`` output stays machine-readable
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +18,7 @@ from rich.table import Table
 from ..errors import ArenaError
 from ..rating.export import ratings_to_json, write_leaderboard_csv
 from .errors import reporting_errors as _user_errors
+from .tables import fmt as _fmt
 from .tables import print_leaderboard
 
 __all__ = ["compare_command", "ratings_command", "ratings_to_json", "register", "write_leaderboard_csv"]
@@ -44,10 +44,6 @@ def register(app: typer.Typer) -> None:
     """Add the ``ratings`` and ``compare`` commands to ``app``."""
     app.command("ratings", help=RATINGS_HELP)(ratings_command)
     app.command("compare", help=COMPARE_HELP)(compare_command)
-
-
-def _fmt(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 def ratings_command(
