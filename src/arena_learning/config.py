@@ -337,8 +337,9 @@ class JudgeConfig(Section):
         if self.kind == "panel" and len(self.members) < 2:
             raise ValueError(f"judge {self.name!r}: kind 'panel' needs at least two members")
         if self.model is not None and not self.model.engine_kind.makes_calls:
+            runs = ", ".join(k.name for k in ENGINE_KINDS.values() if k.makes_calls)
             raise ValueError(f"judge {self.name!r}: its model's engine {self.model.engine!r} has no model to run; "
-                             f"give the judge a model it can ask (engine llamacpp, openai, transformers or vllm)")
+                             f"give the judge a model it can ask (engine: one of {runs})")
         return self
 
 

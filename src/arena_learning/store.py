@@ -22,7 +22,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -544,12 +544,3 @@ class _Transaction:
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
-
-
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
-    """Yield (line number, stripped line) of a JSONL file, skipping blank lines."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.strip()
-            if line:
-                yield lineno, line

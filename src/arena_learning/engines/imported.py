@@ -7,6 +7,7 @@ a call that reaches it anyway is an error that says so, never a failed call in t
 
 from __future__ import annotations
 
+from ..engine_kinds import ENGINE_KINDS
 from ..errors import EngineError
 from .base import Completion, Engine, Request
 
@@ -17,5 +18,6 @@ class ImportedEngine(Engine):
     kind = "imported"
 
     async def complete(self, request: Request) -> Completion:
+        runs = ", ".join(k.name for k in ENGINE_KINDS.values() if k.makes_calls)
         raise EngineError(f"model {self.spec.name!r} is imported (its answers come from `arena import-answers`): "
-                          f"it has no model to ask; give it an engine that runs one (llamacpp, openai, ...)")
+                          f"it has no model to ask; give it an engine that runs one ({runs})")
