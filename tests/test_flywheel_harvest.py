@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from arena_learning.arena.battles import combine_games
@@ -97,7 +99,8 @@ def test_sft_from_real_verifier_battles():
     p = Prompt(id="q", turns=["What is 2 + 3?"], reference=["5"], checker="numeric", meta={})
     answers = [answer("q", T, "6"), answer("q", R1, "5"), answer("q", R2, "five")]
     judge = VerifierJudge()
-    games = judge.judge_pairs([PairTask(p, answers[0], answers[1]), PairTask(p, answers[2], answers[0])])
+    tasks = [PairTask(p, answers[0], answers[1]), PairTask(p, answers[2], answers[0])]
+    games = asyncio.run(judge.judge_pairs(None, tasks))  # the verifier needs no store
     items = harvest_sft([p], answers, combine_games(games), target=T, references=[R1, R2])
     assert [(it.prompt_id, it.source_model, it.messages[-1]["content"]) for it in items] == [("q", R1, "5")]
 

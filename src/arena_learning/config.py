@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .engine_kinds import ENGINE_KINDS, EngineKind, engine_kind
 from .errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
@@ -160,15 +161,16 @@ CATEGORY_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 """Named ``params_by_category`` tables a config can give by name."""
 
 
+_ENGINE_HELP = " or ".join(
+    [", ".join(f"{k.name} ({k.summary})" for k in list(ENGINE_KINDS.values())[:-1]),
+     *(f"{k.name} ({k.summary})" for k in list(ENGINE_KINDS.values())[-1:])])
+
+
 class ModelSpec(Section):
     """A contestant (or judge) model: which engine runs it and how it is prompted."""
 
     name: str = Field(min_length=1)
-    engine: Literal["llamacpp", "openai", "imported", "transformers", "vllm"] = Field(
-        description="llamacpp (in-process GGUF), openai (any OpenAI-compatible endpoint), imported "
-        "(answers loaded with `arena import-answers`, no model to run), transformers (in-process Hugging Face "
-        "model folder, batched; what the flywheel trains) or vllm (in-process vLLM offline batches; needs a GPU)"
-    )
+    engine: str = Field(description=_ENGINE_HELP)
     model: str = Field("bundled", description="'bundled', a GGUF path (llamacpp), a served model id (openai) or a "
                        "Hugging Face model folder, a GGUF path or 'bundled' (transformers)")
     mode: Literal["chat", "completion"] = "chat"
@@ -232,6 +234,18 @@ class ModelSpec(Section):
             # Categories match case-insensitively: 'Writing' in a config, 'writing' in the data.
             return {str(k).lower(): v for k, v in value.items()}
         return value
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        if value not in ENGINE_KINDS:
+            raise ValueError(f"unknown engine {value!r}; engines: {', '.join(ENGINE_KINDS)}")
+        return value
+
+    @property
+    def engine_kind(self) -> EngineKind:
+        """The registry's entry of this model's engine (what it runs on, whether it makes calls)."""
+        return engine_kind(self.engine)
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -322,6 +336,10 @@ class JudgeConfig(Section):
             raise ValueError(f"judge {self.name!r}: kind 'llm' needs model (the judge model's spec)")
         if self.kind == "panel" and len(self.members) < 2:
             raise ValueError(f"judge {self.name!r}: kind 'panel' needs at least two members")
+        if self.model is not None and not self.model.engine_kind.makes_calls:
+            runs = ", ".join(k.name for k in ENGINE_KINDS.values() if k.makes_calls)
+            raise ValueError(f"judge {self.name!r}: its model's engine {self.model.engine!r} has no model to run; "
+                             f"give the judge a model it can ask (engine: one of {runs})")
         return self
 
 
@@ -400,8 +418,8 @@ class RunConfig(Section):
         for m in self.models:
             if m.engine != "openai":
                 continue
-            key = (m.model, m.params.model_dump_json())
-            other = seen.setdefault(key, m)
+            ident = (m.model, m.params.model_dump_json())
+            other = seen.setdefault(ident, m)
             if other is not m and set(other.base_urls) != set(m.base_urls):
                 raise ValueError(
                     f"models {other.name!r} and {m.name!r} call different servers under one model id {m.model!r} with "

@@ -8,6 +8,7 @@ ledger makes a rerun free.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import yaml
 from .arena.answers import answer_prompts
 from .arena.battles import combine_games, plan_battles
 from .engines.calls import CallStats, make_progress
-from .arena.judges import PairTask, VerifierJudge
+from .arena.judges import Judge, PairTask, VerifierJudge
 from .arena.schedule import AdaptiveScheduler, run_schedule, schedule_pairs
 from .config import RunConfig, validate_config
 from .tasks import generate_tasks
@@ -109,7 +110,7 @@ def stage_answer(cfg: RunConfig, store: Store, *, show_progress: bool = True,
 
     async def go(progress) -> None:
         for spec in cfg.models:
-            if spec.engine == "imported":
+            if not spec.engine_kind.makes_calls:  # imported: its answers are in the store already
                 have = {a.prompt_id for a in store.get_answers(spec.name, set_name)}
                 missing = sum(1 for p in prompts if p.id not in have)
                 report.incomplete[spec.name] = missing
@@ -142,7 +143,7 @@ class BattleReport:
     stats: dict | None = None  # an LLM judge's parsed / retried / failed counts and tokens
 
 
-def make_judge(cfg: RunConfig):  # noqa: ANN201 - VerifierJudge | LLMJudge | PanelJudge
+def make_judge(cfg: RunConfig) -> Judge:
     """Return the judge the config names."""
     if cfg.judge.kind == "verifier":
         return VerifierJudge(cfg.judge.name, cfg.judge.tie_threshold)
@@ -164,9 +165,7 @@ def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True,
     sched = cfg.battles
     progress = make_progress() if show_progress else None
 
-    def judge_tasks(tasks: list) -> list[Judgment]:  # noqa: ANN001 - list[PairTask]
-        if isinstance(judge, VerifierJudge):
-            return judge.judge_pairs(tasks)
+    def judge_tasks(tasks: list[PairTask]) -> list[Judgment]:
         return asyncio.run(judge.judge_pairs(store, tasks, progress))
 
     if progress is not None:
@@ -181,12 +180,10 @@ def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True,
     finally:
         if progress is not None:
             progress.stop()
-    stats = None
-    if not isinstance(judge, VerifierJudge):
-        stats = judge.stats.as_dict()
-        store.set_meta(f"judge_stats/{judge.name}", stats)
-        for member in getattr(judge, "members", []):
-            store.set_meta(f"judge_stats/{member.name}", member.stats.as_dict())
+    costs = judge.call_stats()
+    for name, judge_stats in costs.items():
+        store.set_meta(f"judge_stats/{name}", judge_stats)
+    stats = costs.get(judge.name)
     # Judgments of earlier runs (other models, prompts or judge settings) must not mix into audits.
     store.replace_judgments({cfg.judge.name, *(m.name for m in cfg.judge.members)}, judgments, set_name)
     mine = [j for j in judgments if j.judge == cfg.judge.name]
@@ -197,7 +194,8 @@ def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True,
     return BattleReport(battles=battles, judged=len(judgments), missing=missing, failed=failed, stats=stats)
 
 
-def _adaptive(cfg: RunConfig, prompts: list[Prompt], answers: list, judge_tasks) -> tuple[list[Judgment], dict]:  # noqa: ANN001
+def _adaptive(cfg: RunConfig, prompts: list[Prompt], answers: list,
+              judge_tasks: Callable[[list[PairTask]], list[Judgment]]) -> tuple[list[Judgment], dict]:
     """Judge in batches chosen by the adaptive scheduler, refitting ratings between batches."""
     names = [m.name for m in cfg.models]
     by_key = {(a.prompt_id, a.model): a for a in answers}
@@ -316,13 +314,17 @@ def stage_scores(cfg: RunConfig | None, store: Store, judge: str | None = None, 
     from .rating.scores import score_table
 
     known = {j.name for j in [cfg.judge, *cfg.judge.members]} if cfg is not None else set()
-    have = sorted({r[0] for r in store.db.execute("SELECT DISTINCT judge FROM judgments")})
+    have = store.judgment_judges()
     if judge is None and cfg is None:
         raise ArenaError(f"{store.root} holds no run config: name the judge with --judge (judges with judgments "
                          f"here: {', '.join(have) or 'none'})")
     # a judge outside the config (judgments imported with `arena import-judgments`) is taken as it
     # is; score_table refuses grades that differ between the pairs of one answer
-    name = judge if judge is not None and judge not in known else scoring_judge(cfg, judge).name
+    if judge is not None and judge not in known:
+        name = judge
+    else:
+        assert cfg is not None  # without a config a judge was named (refused above otherwise), and known is empty
+        name = scoring_judge(cfg, judge).name
     judgments = store.get_judgments(name)
     if not judgments:
         raise ArenaError(f"{store.root} has no judgments by {name!r}: run `arena battle` (or `arena run`) first, "

@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import pipeline
 from .arena.answers import conversation
@@ -35,6 +35,9 @@ from .engines.calls import is_empty, request_key
 from .errors import ArenaError
 from .records import Answer, Prompt
 from .store import Store
+
+if TYPE_CHECKING:
+    from .arena.llm_judges import JudgeSpec
 
 CHARS_PER_TOKEN = 4
 TOKEN_METHOD = ("estimated: characters / 4 of the text each call sends (answers not made yet counted at "
@@ -150,7 +153,7 @@ class LedgerView:
 
 def _engine(spec: ModelSpec) -> tuple[Engine | None, str]:
     """Return the engine of ``spec`` (to compute ledger keys), or None and why it cannot be built here."""
-    if spec.engine not in ("llamacpp", "openai", "transformers"):
+    if spec.engine_kind.loads_on_build:
         return None, f"ledger not checked: a {spec.engine} engine loads its model when it starts"
     try:
         return build_engine(spec), ""
@@ -191,7 +194,7 @@ def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView,
     ``fresh``: a model the run trains first (nothing of it can be in the ledger).
     """
     line = PlanLine(stage=stage, step="answer", model=spec.name)
-    if spec.engine == "imported":
+    if not spec.engine_kind.makes_calls:
         have = {a.prompt_id: a for a in store.get_answers(spec.name, set_name)} if store is not None else {}
         for p in prompts:
             if p.id in have:
@@ -228,7 +231,7 @@ def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView,
     return line
 
 
-def _judge_spec(jcfg: JudgeConfig):  # noqa: ANN202 - llm_judges.JudgeSpec
+def _judge_spec(jcfg: JudgeConfig) -> JudgeSpec:
     from .arena.llm_judges import load_judge_spec
 
     return load_judge_spec(jcfg.template)
@@ -271,7 +274,8 @@ def _judge_lines(jcfg: JudgeConfig, prompts: Sequence[Prompt], pairs: Sequence[t
         for k in range(turns):
             ans = [a for a, _ in answers]
             if judge is not None:
-                msgs = judge.single_messages(p, ans[0], k) if len(ans) == 1 else judge.pair_messages(p, *ans, k)
+                msgs = (judge.single_messages(p, ans[0], k) if len(ans) == 1
+                        else judge.pair_messages(p, ans[0], ans[1], k))
             else:  # no engine here (e.g. its API key is not set): the template and the texts
                 msgs = [{"role": "system", "content": spec.system},
                         {"role": "user", "content": spec.template + "".join(t for a in ans for t in a.turns[: k + 1])}]
@@ -323,7 +327,8 @@ def plan_battles(cfg: RunConfig, prompts: Sequence[Prompt], known: Known, ledger
         calls = round(budget * per_battle)
         max_out = _max_out(jcfg, spec)
         some = [known.answer(p, m, specs.get(m))[0] for p in usable[:20] for m in names[:2]]
-        chars = (len(spec.system) + len(spec.template)) + 2 * sum(len(t) for a in some for t in a.turns) / max(1, len(some))
+        answer_chars = sum(len(t) for a in some for t in a.turns) / max(1, len(some))
+        chars = (len(spec.system) + len(spec.template)) + 2 * answer_chars
         tin = round(calls * chars / CHARS_PER_TOKEN)
         lines.append(PlanLine(stage=stage, step="judge", model=jcfg.name, calls=calls, cached=None, tokens_in=tin,
                               tokens_out=calls * max_out, cost=cost(jcfg.model, tin, calls * max_out),

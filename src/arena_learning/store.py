@@ -22,10 +22,10 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .errors import ArenaError
 from .records import Answer, Battle, Judgment, Prompt
@@ -146,7 +146,7 @@ class _WriterLock:
     for the message another writer gets. Stores of one process share the lock (counted).
     """
 
-    _held: dict[str, list] = {}  # real path -> [fd, count]
+    _held: ClassVar[dict[str, list]] = {}  # real path -> [fd, count]
     _guard = threading.Lock()
 
     def __init__(self, root: Path):
@@ -193,17 +193,21 @@ class Store:
 
     ``readonly=True`` opens an existing workspace for reading only: it never creates a file and
     takes no lock (a missing workspace is an error). Otherwise the store creates the workspace
-    if needed, migrates an older one, and holds the writer lock until closed.
+    if needed (``create=False``: a missing workspace is an error), migrates an older one, and
+    holds the writer lock until closed.
     """
 
-    def __init__(self, workspace: str | Path, *, readonly: bool = False):
+    FILE = "arena.db"
+
+    def __init__(self, workspace: str | Path, *, readonly: bool = False, create: bool = True):
         self.root = Path(workspace)
-        self.path = self.root / "arena.db"
+        self.path = self.root / self.FILE
         self.readonly = readonly
         self._lock: _WriterLock | None = None
+        if (readonly or not create) and not self.path.is_file():
+            raise ArenaError(f"{self.root} is not a workspace (no {self.FILE}): give the directory a run or an "
+                             f"import wrote to")
         if readonly:
-            if not self.path.is_file():
-                raise ArenaError(f"{self.root} is not a workspace (no arena.db): give the directory a run wrote to")
             try:
                 self.db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
                                           check_same_thread=False)
@@ -215,19 +219,18 @@ class Store:
             if version < SCHEMA_VERSION and self._has_table("answers"):
                 self.db.close()
                 raise ArenaError(f"{self.root} was written by an older release (schema {version}, this one reads "
-                                 f"{SCHEMA_VERSION}): open it once with a writing command (e.g. `arena run`) to migrate it")
+                                 f"{SCHEMA_VERSION}): open it once with a writing command (e.g. `arena run`) to "
+                                 f"migrate it")
             return
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self._lock = _WriterLock(self.root)
             # isolation_level=None: we open transactions ourselves, so a batch is one commit.
             self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except OSError as err:
+        except (OSError, sqlite3.Error) as err:
             self._release()
-            raise ArenaError(f"cannot use {self.root} as a workspace ({err}): give a directory you can write to") from None
-        except sqlite3.Error as err:
-            self._release()
-            raise ArenaError(f"cannot use {self.root} as a workspace ({err}): give a directory you can write to") from None
+            raise ArenaError(f"cannot use {self.root} as a workspace ({err}): give a directory you can "
+                             f"write to") from None
         self.db.execute("PRAGMA journal_mode=WAL")
         # NORMAL is durable against a killed process (not a power cut) and far faster than FULL.
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -238,15 +241,22 @@ class Store:
             self.close()
             raise
 
+    @classmethod
+    def exists(cls, workspace: str | Path) -> bool:
+        """Return whether ``workspace`` holds a workspace (a store to open), without opening it."""
+        return (Path(workspace) / cls.FILE).is_file()
+
     def _has_table(self, name: str) -> bool:
-        return self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+        row = self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone()
+        return row is not None
 
     def _check_version(self, version: int) -> None:
         if version > SCHEMA_VERSION:
             self.db.close()
             raise ArenaError(
                 f"{self.root} was written by a newer release of arena-learning (workspace schema {version}, this "
-                f"release knows up to {SCHEMA_VERSION}): upgrade (`pip install -U arena-learning`) or use another workspace"
+                f"release knows up to {SCHEMA_VERSION}): upgrade (`pip install -U arena-learning`) or use another "
+                f"workspace"
             )
 
     def _migrate(self) -> None:
@@ -344,6 +354,16 @@ class Store:
                     ),
                 )
 
+    def demote_calls(self, rows: Iterable[tuple[str, str]]) -> None:
+        """Turn the ledger successes of (error, key) ``rows`` into failures with that error, in one transaction.
+
+        The store never overwrites a success (that is what makes a finished call final); a success
+        that holds no answer (empty text, written before empty completions counted as failures)
+        is demoted so that a new success can replace it.
+        """
+        with self._tx():
+            self.db.executemany("UPDATE calls SET status='error', error=? WHERE key=? AND status='ok'", rows)
+
     def call_counts(self) -> dict[str, int]:
         """Return the number of ledger rows by status."""
         return dict(self.db.execute("SELECT status, COUNT(*) FROM calls GROUP BY status").fetchall())
@@ -392,35 +412,42 @@ class Store:
         """Return the number of answers held per set."""
         return dict(self.db.execute("SELECT set_name, COUNT(*) FROM answers GROUP BY set_name").fetchall())
 
-    def replace_judgments(self, judges: Iterable[str], judgments: Iterable[Judgment], set_name: str = DEFAULT_SET) -> None:
+    def replace_judgments(self, judges: Iterable[str], judgments: Iterable[Judgment],
+                          set_name: str = DEFAULT_SET) -> None:
         """Store ``judgments`` as all the judgments of ``judges`` on ``set_name``, dropping what they had there."""
         with self._tx():
             self.db.executemany("DELETE FROM judgments WHERE set_name=? AND judge=?", ((set_name, j) for j in judges))
             self.db.executemany(
                 "INSERT OR REPLACE INTO judgments (set_name, prompt_id, model_a, model_b, judge, status, data) "
                 "VALUES (?,?,?,?,?,?,?)",
-                ((set_name, j.prompt_id, j.model_a, j.model_b, j.judge, j.status, j.model_dump_json()) for j in judgments),
+                ((set_name, j.prompt_id, j.model_a, j.model_b, j.judge, j.status, j.model_dump_json())
+                 for j in judgments),
             )
 
     def get_judgments(self, judge: str | None = None, set_name: str = DEFAULT_SET) -> list[Judgment]:
-        sql, args = "SELECT data FROM judgments WHERE set_name=?", (set_name,)
+        sql, args = "SELECT data FROM judgments WHERE set_name=?", [set_name]
         if judge is not None:
-            sql, args = sql + " AND judge=?", (set_name, judge)
+            sql, args = sql + " AND judge=?", [set_name, judge]
         return [Judgment.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
+
+    def judgment_judges(self) -> list[str]:
+        """Return the names of the judges with judgments here (any set), sorted."""
+        return sorted(r[0] for r in self.db.execute("SELECT DISTINCT judge FROM judgments"))
 
     def replace_battles(self, judge: str, battles: Iterable[Battle], set_name: str = DEFAULT_SET) -> None:
         """Store ``battles`` as all the battles of ``judge`` on ``set_name``, dropping what it had there."""
         with self._tx():
             self.db.execute("DELETE FROM battles WHERE set_name=? AND judge=?", (set_name, judge))
             self.db.executemany(
-                "INSERT OR REPLACE INTO battles (set_name, prompt_id, model_a, model_b, judge, data) VALUES (?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO battles (set_name, prompt_id, model_a, model_b, judge, data) "
+                "VALUES (?,?,?,?,?,?)",
                 ((set_name, b.prompt_id, b.model_a, b.model_b, b.judge, b.model_dump_json()) for b in battles),
             )
 
     def get_battles(self, judge: str | None = None, set_name: str = DEFAULT_SET) -> list[Battle]:
-        sql, args = "SELECT data FROM battles WHERE set_name=?", (set_name,)
+        sql, args = "SELECT data FROM battles WHERE set_name=?", [set_name]
         if judge is not None:
-            sql, args = sql + " AND judge=?", (set_name, judge)
+            sql, args = sql + " AND judge=?", [set_name, judge]
         return [Battle.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
 
     # ---- what a workspace holds ----------------------------------------------------
@@ -463,7 +490,8 @@ class Store:
             counts["answers"] = self.db.execute("DELETE FROM answers WHERE model=?", (name,)).rowcount
             counts["judgments"] = self.db.execute(
                 "DELETE FROM judgments WHERE model_a=? OR model_b=?", (name, name)).rowcount
-            counts["battles"] = self.db.execute("DELETE FROM battles WHERE model_a=? OR model_b=?", (name, name)).rowcount
+            counts["battles"] = self.db.execute(
+                "DELETE FROM battles WHERE model_a=? OR model_b=?", (name, name)).rowcount
             counts["ledger"] = self.db.execute("DELETE FROM calls WHERE requested_by=?", (name,)).rowcount
             counts["ledger_unattributed"] = self.db.execute(
                 "SELECT COUNT(*) FROM calls WHERE requested_by IS NULL").fetchone()[0]
@@ -481,7 +509,7 @@ class Store:
         with self._tx():
             for table in ("answers", "judgments", "battles"):
                 counts[table] = self.db.execute(
-                    f"DELETE FROM {table} WHERE NOT EXISTS (SELECT 1 FROM prompts p "  # noqa: S608 - fixed names
+                    f"DELETE FROM {table} WHERE NOT EXISTS (SELECT 1 FROM prompts p "  # table: one of three fixed names
                     f"WHERE p.set_name={table}.set_name AND p.id={table}.prompt_id)").rowcount
             counts["failed_calls"] = self.db.execute("DELETE FROM calls WHERE status != 'ok'").rowcount
         self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -516,12 +544,3 @@ class _Transaction:
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
-
-
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
-    """Yield (line number, stripped line) of a JSONL file, skipping blank lines."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.strip()
-            if line:
-                yield lineno, line

@@ -566,8 +566,6 @@ def audit_workspace(
     from ..store import Store
 
     root = Path(workspace)
-    if not (root / "arena.db").is_file():
-        raise ArenaError(f"{root} is not a workspace (no arena.db): give the directory a run wrote to")
     with Store(root, readonly=True) as store:
         judgments = store.get_judgments()
         answers = store.get_answers()

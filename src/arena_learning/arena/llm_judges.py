@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -34,12 +34,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from ..config import JudgeConfig
 from ..engines import build_engine
 from ..engines.base import Engine
+from ..engines.structured import Rated, RatingStats, StructuredRater, fence, fence_id, injection_flags
 from ..errors import ConfigError
-from ..records import Answer, Judgment, Prompt
+from ..records import Answer, Judgment, Outcome, Prompt
 from ..store import Store
-from ..engines.structured import RatingStats, Rated, StructuredRater, fence, fence_id, injection_flags
 from .judges import PairTask, verdict
 from .parse import Parsed, parse_verdict
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # ---- the judge as data -------------------------------------------------------------
 
@@ -214,18 +217,21 @@ class LLMJudge:
     def _turn_note(turn: int) -> str:
         if turn == 0:
             return ""
-        return f" (turn {turn + 1} of the conversation: judge only the answers to this last request, in the light of the earlier turns)"
+        return (f" (turn {turn + 1} of the conversation: judge only the answers to this last request, in the light "
+                f"of the earlier turns)")
 
     # -- calls
     def _params(self, attempt: int) -> dict[str, Any]:
         """Return the request params of try ``attempt`` (0: the first; later: a new seed, retry temperature)."""
         return self.rater.params_for(attempt)
 
-    async def _resolve(self, store: Store, prompts: list[list[dict[str, str]]], progress: Any) -> list[Rated]:
+    async def _resolve(self, store: Store, prompts: list[list[dict[str, str]]],
+                       progress: Progress | None) -> list[Rated]:
         """Return the rated verdict of every judge prompt: parsed, retried with new seeds, or failed."""
         return await self.rater.arate(store, prompts, label=f"judge {self.name}", progress=progress)
 
-    async def judge_pairs(self, store: Store, tasks: Sequence[PairTask], progress: Any = None) -> list[Judgment]:
+    async def judge_pairs(self, store: Store, tasks: Sequence[PairTask],
+                          progress: Progress | None = None) -> list[Judgment]:
         """Return the judgments of ``tasks``: two games per task (both orders) or one from single grades."""
         if self.spec.mode == "single":
             return await self._judge_single(store, tasks, progress)
@@ -248,7 +254,7 @@ class LLMJudge:
             out.append(self._judgment(prompt.id, first.model, second.model, row, row, flags))
         return out
 
-    async def _judge_single(self, store: Store, tasks: Sequence[PairTask], progress: Any) -> list[Judgment]:
+    async def _judge_single(self, store: Store, tasks: Sequence[PairTask], progress: Progress | None) -> list[Judgment]:
         answers: dict[tuple[str, str], tuple[Prompt, Answer]] = {}
         for t in tasks:
             for a in (t.answer_a, t.answer_b):
@@ -269,6 +275,10 @@ class LLMJudge:
                                       pair=False))
         return out
 
+    def call_stats(self) -> dict[str, dict[str, Any]]:
+        """Return {this judge's name: its calls, tokens and parse counts so far}."""
+        return {self.name: self.stats.as_dict()}
+
     def _judgment(self, pid: str, model_a: str, model_b: str, row_a: list[Rated], row_b: list[Rated],
                   flags: list[str], pair: bool = True) -> Judgment:
         items = row_a if pair else row_a + row_b
@@ -281,15 +291,21 @@ class LLMJudge:
             return Judgment(prompt_id=pid, model_a=model_a, model_b=model_b, judge=self.name, raw=raw,
                             status="failed", explanation="; ".join(it.error for it in failed)[:2000], flags=flags,
                             truncated=truncated)
-        scores_a = [it.value.scores[0] for it in row_a]
-        scores_b = [it.value.scores[1] for it in row_b] if pair else [it.value.scores[0] for it in row_b]
+        scores_a = [_parsed(it).scores[0] for it in row_a]
+        scores_b = [_parsed(it).scores[1] for it in row_b] if pair else [_parsed(it).scores[0] for it in row_b]
         mean_a, mean_b = sum(scores_a) / len(scores_a), sum(scores_b) / len(scores_b)
-        explanation = "\n---\n".join(it.value.explanation for it in items)
-        labels = [it.value.label for it in row_a if it.value.label is not None] if pair else []
+        explanation = "\n---\n".join(_parsed(it).explanation for it in items)
+        labels = [label for it in row_a if (label := _parsed(it).label) is not None] if pair else []
         return Judgment(prompt_id=pid, model_a=model_a, model_b=model_b, judge=self.name, scores_a=scores_a,
                         scores_b=scores_b, score_a=mean_a, score_b=mean_b, labels=labels,
                         verdict=verdict(mean_a, mean_b, self.cfg.tie_threshold), explanation=explanation,
                         raw=raw, flags=flags, truncated=truncated)
+
+
+def _parsed(item: Rated[Parsed]) -> Parsed:
+    """Return the verdict of a rating that succeeded."""
+    assert item.value is not None, "a rating marked ok holds its parsed verdict"
+    return item.value
 
 
 def _answer_flags(side: str, answer: Answer) -> list[str]:
@@ -308,7 +324,8 @@ class PanelJudge:
         self.name = cfg.name
         self.members = [build_judge(m) for m in cfg.members]
 
-    async def judge_pairs(self, store: Store, tasks: Sequence[PairTask], progress: Any = None) -> list[Judgment]:
+    async def judge_pairs(self, store: Store, tasks: Sequence[PairTask],
+                          progress: Progress | None = None) -> list[Judgment]:
         """Return every member's judgments followed by the panel's own."""
         member_judgments = []
         for m in self.members:
@@ -326,16 +343,18 @@ class PanelJudge:
                                       explanation="every member's judgment failed", flags=flags,
                                       truncated=sum(j.truncated for j in js)))
                 continue
-            mean_a = sum(j.score_a for j in ok) / len(ok)  # type: ignore[misc]
-            mean_b = sum(j.score_b for j in ok) / len(ok)  # type: ignore[misc]
+            mean_a = sum(j.score_a for j in ok) / len(ok)  # type: ignore[misc]  # a judgment with status ok has scores
+            mean_b = sum(j.score_b for j in ok) / len(ok)  # type: ignore[misc]  # (as above)
+            v: Outcome
             if self.cfg.rule == "mean":
                 v = verdict(mean_a, mean_b, self.cfg.tie_threshold)
             else:
                 votes = [j.verdict for j in ok]
-                top = max(("model_a", "model_b", "tie"), key=votes.count)
+                outcomes: tuple[Outcome, ...] = ("model_a", "model_b", "tie")
+                top = max(outcomes, key=votes.count)
                 v = top if votes.count(top) * 2 > len(votes) else "tie"
             panel.append(Judgment(prompt_id=pid, model_a=a, model_b=b, judge=self.name, score_a=mean_a,
-                                  score_b=mean_b, scores_a=[mean_a], scores_b=[mean_b], verdict=v,  # type: ignore[arg-type]
+                                  score_b=mean_b, scores_a=[mean_a], scores_b=[mean_b], verdict=v,
                                   explanation=f"{self.cfg.rule} of {len(ok)}/{len(js)} judges", flags=flags,
                                   truncated=sum(j.truncated for j in js)))
         return [j for js in member_judgments for j in js] + panel
@@ -346,6 +365,10 @@ class PanelJudge:
         for m in self.members:
             total.add(m.stats)
         return total
+
+    def call_stats(self) -> dict[str, dict[str, Any]]:
+        """Return the panel's totals under its name, then each member's own under the member's name."""
+        return {self.name: self.stats.as_dict(), **{m.name: m.stats.as_dict() for m in self.members}}
 
 
 def build_judge(cfg: JudgeConfig) -> LLMJudge | PanelJudge:

@@ -211,8 +211,6 @@ def leaderboard(
         else:
             judge_board(workspace, judge, json_out, csv)
         return
-    if not (workspace / "arena.db").is_file():
-        raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
     if by is not None and (style_control or csv is not None):
         raise ArenaError("--by prints one board per group: it goes without --style-control and --csv")
     if style_control:
@@ -244,8 +242,6 @@ def winrates(
     from ..rating.elo import online_elo
     from ..rating.winrate import observed_win_matrix, predicted_win_matrix, win_rate_vs
 
-    if not (workspace / "arena.db").is_file():
-        raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
     with Store(workspace, readonly=True) as store:
         cfg = pipeline.load_saved_config(store)
         battles = store.get_battles(cfg.judge.name)
@@ -418,9 +414,7 @@ def forget(
     The next run asks those models again (a model retrained elsewhere, a wrong prompt format). Other
     models' answers and the judge's cached verdicts on other pairs stay.
     """
-    with Store(workspace, readonly=True):
-        pass  # a missing workspace is an error, never created
-    with Store(workspace) as store:
+    with Store(workspace, create=False) as store:
         known = store.model_names()
         unknown = [name for name in model if name not in known]
         if unknown:
@@ -439,9 +433,7 @@ def forget(
 @user_errors
 def vacuum(workspace: Annotated[Path, typer.Argument(help="workspace directory")]) -> None:
     """Drop superseded rows (answers, judgments, battles of prompts no longer in their set; failed calls) and shrink arena.db."""
-    with Store(workspace, readonly=True):
-        pass
-    with Store(workspace) as store:
+    with Store(workspace, create=False) as store:
         n = store.vacuum()
     err_console.print(
         f"dropped {n['answers']} answers, {n['judgments']} judgments, {n['battles']} battles, {n['failed_calls']} "

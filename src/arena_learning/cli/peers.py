@@ -121,7 +121,6 @@ def export_judgments_command(
     with reporting_errors():
         if fmt not in FORMATS:
             raise ArenaError(f"unknown judgment format {fmt!r}: use one of {', '.join(FORMATS)}")
-        _require_workspace(workspace)
         with Store(workspace, readonly=True) as store:
             name = _pick_judge(store, judge, [j.judge for j in store.get_judgments()])
             judgments = store.get_judgments(name)
@@ -139,12 +138,6 @@ def export_judgments_command(
     if report.left_out:
         err.print(f"[yellow]{report.left_out} pairs left out: judged in one order only ({fmt} needs both)",
                   highlight=False)
-
-
-def _require_workspace(workspace: Path) -> None:
-    if not (workspace / "arena.db").is_file():
-        raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run or an import "
-                         "wrote to")
 
 
 def _pick_judge(store: Store, judge: str | None, names: list[str]) -> str:
@@ -175,7 +168,6 @@ def _default_baseline(store: Store, judge: str) -> str:
 
 def _judge_battles(workspace: Path, judge: str | None) -> tuple[str, list[Battle], RatingConfig]:
     """Return (judge, its battles, the rating settings: the saved run's, else the defaults)."""
-    _require_workspace(workspace)
     with Store(workspace, readonly=True) as store:
         name = _pick_judge(store, judge, list(store.info()["judges"]))
         battles = store.get_battles(name)

@@ -83,7 +83,7 @@ class _open:  # lower case: a context manager read like a function
     """The workspace's store, read-only, or None when there is none yet (nothing cached)."""
 
     def __init__(self, ws: Path):
-        self.store = Store(ws, readonly=True) if (ws / "arena.db").is_file() else None
+        self.store = Store(ws, readonly=True) if Store.exists(ws) else None
 
     def __enter__(self) -> Store | None:
         return self.store

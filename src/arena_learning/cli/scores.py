@@ -44,10 +44,6 @@ def register(app: typer.Typer) -> None:
     app.command("lc-winrate", help=LC_HELP)(lc_winrate_command)
 
 
-def _open(workspace: Path) -> Store:
-    if not (workspace / "arena.db").is_file():
-        raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
-    return Store(workspace, readonly=True)
 
 
 @user_errors
@@ -62,7 +58,7 @@ def scores_command(
     """Print the MT-Bench-style scores table (help text: ``SCORES_HELP``)."""
     from ..pipeline import load_saved_config, stage_scores
 
-    with _open(workspace) as store:
+    with Store(workspace, readonly=True) as store:
         # judgments imported with `arena import-judgments` need no run config, only --judge
         cfg = load_saved_config(store) if store.get_meta("config") is not None else None
         name, rows = stage_scores(cfg, store, judge, bootstrap=bootstrap, seed=cfg.ratings.seed if cfg else 0)
@@ -112,7 +108,7 @@ def lc_winrate_command(
     """Print raw and length-controlled win rates against ``reference`` (help text: ``LC_HELP``)."""
     from ..pipeline import load_saved_config, stage_lc_winrates
 
-    with _open(workspace) as store:
+    with Store(workspace, readonly=True) as store:
         cfg = load_saved_config(store)
         reference = reference or cfg.battles.baseline
         if reference is None:
@@ -144,7 +140,7 @@ def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
 
     if by not in GROUP_BY:
         raise ArenaError(f"--by {by}: cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
-    with _open(workspace) as store:
+    with Store(workspace, readonly=True) as store:
         boards, skipped = stage_group_boards(load_saved_config(store), store, by)
     if json_out:
         sys.stdout.write(json.dumps({"by": by, "groups": {g: ratings_to_json(b) for g, b in boards.items()},

@@ -22,8 +22,6 @@ def register(app: typer.Typer) -> None:
         from ..errors import ArenaError
         from ..report.serve import ReportServer
 
-        if not (workspace / "arena.db").is_file():
-            raise ArenaError(f"{workspace} is not a workspace (no arena.db): give the directory a run wrote to")
         try:
             server = ReportServer(workspace, port)
         except OSError as err:

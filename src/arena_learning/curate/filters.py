@@ -298,9 +298,10 @@ class ModerationJudge(TextJudge[bool]):
 
     def __init__(self, store: Store, spec: ModelSpec, label: str = "moderation", constrain: bool = False,
                  retries: int = 1, retry_temperature: float = 0.7, show_progress: bool = True):
-        super().__init__(store, spec, messages=moderation_messages, parse=parse_moderation, expects="flagged true/false",
-                         schema=MODERATION_SCHEMA, what="moderation judge", label=label, constrain=constrain, retries=retries,
-                         retry_temperature=retry_temperature, show_progress=show_progress)
+        super().__init__(store, spec, messages=moderation_messages, parse=parse_moderation,
+                         expects="flagged true/false", schema=MODERATION_SCHEMA, what="moderation judge", label=label,
+                         constrain=constrain, retries=retries, retry_temperature=retry_temperature,
+                         show_progress=show_progress)
 
 
 def judge_moderator(store: Store, settings: ModerationSettings, label: str = "moderation",

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from ..config import ModelSpec, Section
+from .difficulty import default_difficulty_judge
 
 SourceFormat = Literal["auto", "sharegpt", "openai", "alpaca", "mtbench", "arenahard"]
 """Record layouts the readers know; ``auto`` detects the layout from a file's first good record."""
@@ -139,18 +140,12 @@ class DiverseSettings(Section):
     )
 
 
-def _default_difficulty_judge() -> ModelSpec:
-    from .testset import default_difficulty_judge
-
-    return default_difficulty_judge()
-
-
 class HardSettings(Section):
     """The hard half: a judge rates each user turn's difficulty 1-10, the top N conversations are kept."""
 
     top_n: int = Field(0, ge=0, description="hard prompts to keep (0: no hard set)")
     judge: ModelSpec = Field(
-        default_factory=_default_difficulty_judge,
+        default_factory=default_difficulty_judge,
         description="any ModelSpec; the default is the bundled base model prompted with a few rated examples",
     )
     candidates: int | None = Field(None, ge=1, description="rate a seeded sample of this many prompts (None: all)")

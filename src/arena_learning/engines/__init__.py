@@ -1,4 +1,4 @@
-"""Engines run models. ``build_engine`` picks one from a ModelSpec."""
+"""Engines run models. ``build_engine`` picks one from a ModelSpec, by the registry in ``engine_kinds``."""
 
 from __future__ import annotations
 
@@ -7,12 +7,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from ..config import ModelSpec
-from ..errors import EngineError
 from .base import Completion, Engine, Request
 
 __all__ = ["Completion", "Engine", "Request", "build_engine", "engine_class", "placed"]
-
-ENGINES = ("llamacpp", "openai", "transformers", "vllm")
 
 # Where engines run: None = in this process; else a function that returns an engine running the
 # spec elsewhere (the Ray backend's actors). Set for a block of work with ``placed``.
@@ -21,23 +18,7 @@ _PLACEMENT: ContextVar[Callable[[ModelSpec], Engine] | None] = ContextVar("engin
 
 def engine_class(spec: ModelSpec) -> type[Engine]:
     """Return the class of the engine that runs ``spec`` (imports its module, loads no model)."""
-    if spec.engine == "llamacpp":
-        from .llamacpp import LlamaCppEngine
-
-        return LlamaCppEngine
-    if spec.engine == "openai":
-        from .openai_compat import OpenAIEngine
-
-        return OpenAIEngine
-    if spec.engine == "transformers":
-        from .transformers_engine import TransformersEngine
-
-        return TransformersEngine
-    if spec.engine == "vllm":
-        from .vllm_engine import VLLMEngine
-
-        return VLLMEngine
-    raise EngineError(f"model {spec.name!r}: unknown engine {spec.engine!r} (use one of: {', '.join(ENGINES)})")
+    return spec.engine_kind.engine_class()
 
 
 def build_engine(spec: ModelSpec) -> Engine:

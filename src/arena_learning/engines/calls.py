@@ -37,9 +37,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ..store import Store, call_key
 from .base import CallFailed, Completion, Engine, Request
 from .reasoning import split_reasoning
-from ..store import Store, call_key
 
 
 @dataclass
@@ -167,7 +167,7 @@ async def arun_requests(
         else:
             todo[key] = (req, params)
     if demote:
-        _demote(store, demote)
+        store.demote_calls(demote)
 
     writer = _LedgerWriter(store)
     # Bound the coroutines alive at once; the engine bounds what is on the wire.
@@ -213,7 +213,7 @@ async def arun_requests(
                         "latency_s": comp.latency_s,
                     }
                 )
-            if task_id is not None:
+            if progress is not None and task_id is not None:
                 progress.advance(task_id)
 
     try:
@@ -222,22 +222,6 @@ async def arun_requests(
         writer.flush()
         await engine.aclose()
     return [results.get(k) for k in keys]
-
-
-def _demote(store: Store, rows: list[tuple[str, str]]) -> None:
-    """Turn ledger successes that hold no answer into errors, so that a new success can replace them.
-
-    The store never overwrites a success (that is what makes a finished call final), so a
-    success with empty text, written before empty completions counted as failures, would
-    otherwise shadow every retry.
-    """
-    store.db.execute("BEGIN IMMEDIATE")
-    try:
-        store.db.executemany("UPDATE calls SET status='error', error=? WHERE key=? AND status='ok'", rows)
-    except BaseException:
-        store.db.execute("ROLLBACK")
-        raise
-    store.db.execute("COMMIT")
 
 
 def make_progress() -> Progress:

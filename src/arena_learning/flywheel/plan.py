@@ -21,8 +21,8 @@ from ..plan import Known, LedgerView, Plan, PlanLine, plan_answers, plan_battles
 from ..records import Prompt
 from ..store import Store
 from .rounds import arena_config, slice_prompts, slice_set, stage_folder, stage_key
-from .train import MODEL_DIR, stage_done
 from .settings import FlywheelConfig, TrainSettings
+from .train import MODEL_DIR, stage_done
 
 
 def _steps(settings: TrainSettings, rows: int) -> int:
@@ -48,7 +48,7 @@ class _Walk:
         known = self.known.setdefault(set_name, Known())
         for spec in models:
             ident = (spec.model_dump_json(exclude={"name"}), set_name)
-            if spec.engine == "imported" or ident in self.answered:
+            if not spec.engine_kind.makes_calls or ident in self.answered:
                 continue
             self.answered.add(ident)
             self.plan.lines.append(plan_answers(spec, prompts, self.ledger, stage, known, self.store, set_name,

@@ -101,8 +101,6 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
     from ..pipeline import TEST_SET, stage_ratings, stage_style_control, usage
 
     root = Path(workspace)
-    if not (root / "arena.db").is_file():
-        raise ArenaError(f"{root} is not a workspace (no arena.db): give the directory a run wrote to")
     with Store(root, readonly=True) as store:
         cfg = _load_config(store)
         ratings = stage_ratings(cfg, store)

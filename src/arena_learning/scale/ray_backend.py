@@ -138,7 +138,7 @@ class ActorPool:
         self.ensure()
         try:
             ids = self.ray.get([a.model_id.remote(spec_json) for a in self.actors])
-        except Exception as err:  # noqa: BLE001 - Ray wraps what the actor raised
+        except Exception as err:  # any: Ray wraps what the actor raised
             cause = _cause(err)
             if isinstance(cause, ArenaError):
                 raise type(cause)(str(cause)) from None
@@ -217,7 +217,7 @@ class RayEngine(Engine):
         try:
             ref = self.pool.actors[i].complete_batch.remote(self.spec_json, [r.model_dump() for r, _ in batch])
             results = await ref
-        except Exception as err:  # noqa: BLE001 - the actor is gone for good, or the cluster: fail the calls
+        except Exception as err:  # any: the actor is gone for good, or the cluster: fail the calls
             failure = CallFailed(f"ray: the batch's engine actor failed ({type(_cause(err)).__name__}: "
                                  f"{str(_cause(err)).splitlines()[0][:200] if str(_cause(err)) else ''})")
             for _, fut in batch:
@@ -261,8 +261,8 @@ class RayBackend:
         return self.scale.models.get(spec.name, self.scale.defaults)
 
     def engine(self, spec: ModelSpec) -> Engine:
-        if spec.engine == "imported":
-            raise EngineError(f"model {spec.name!r} is imported: it has no engine to run")
+        if not spec.engine_kind.makes_calls:
+            raise EngineError(f"model {spec.name!r} is {spec.engine}: it has no engine to run")
         res = self.resources(spec)
         key = (spec.engine, spec.model, tuple(spec.base_urls), res.replicas, res.num_cpus, res.num_gpus)
         if key not in self.pools:
@@ -280,7 +280,8 @@ class RayBackend:
         short = {k: v for k, v in need.items() if v > total.get(k, 0) + 1e-9}
         if short:
             have = ", ".join(f"{total.get(k, 0):g} {k}" for k in short)
-            raise EngineError(f"{pool.label}: its engine actors need {', '.join(f'{v:g} {k}' for k, v in short.items())} "
+            needs = ", ".join(f"{v:g} {k}" for k, v in short.items())
+            raise EngineError(f"{pool.label}: its engine actors need {needs} "
                               f"({res.replicas} replicas), the Ray cluster has {have}: lower scale.models/defaults "
                               f"(replicas, num_cpus, num_gpus) or add nodes")
 
