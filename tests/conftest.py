@@ -5,7 +5,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,7 +97,8 @@ def served_model(tmp_path_factory):
 
 
 class ThreadServer:
-    """A real aiohttp server on 127.0.0.1 in a background thread (for endpoints we script)."""
+    """A real aiohttp server on 127.0.0.1 in a background thread: serves an app (`arena serve`'s own, or a
+    ScriptedServer's)."""
 
     def __init__(self, app):
         import asyncio
@@ -125,3 +129,118 @@ class ThreadServer:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+# ---- scripted OpenAI-compatible endpoints --------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    """One scripted reply of a ScriptedServer, sent in the OpenAI chat/completions (or completions) shape.
+
+    ``content`` None is sent as ``content: null``; ``status`` other than 200 sends ``{"error": {"message":
+    error}}`` instead of a completion; ``usage`` is (prompt_tokens, completion_tokens), or None for the server's;
+    ``message`` and ``usage_extra`` add fields (``reasoning_content``, ``completion_tokens_details``); ``delay``
+    waits that many seconds before replying."""
+
+    content: str | None = "ok"
+    finish: str = "stop"
+    status: int = 200
+    error: str = "scripted error"
+    headers: dict[str, str] = field(default_factory=dict)
+    usage: tuple[int, int] | None = None
+    message: dict[str, Any] = field(default_factory=dict)
+    usage_extra: dict[str, Any] = field(default_factory=dict)
+    delay: float = 0.0
+
+    def body(self, request: dict[str, Any], usage: tuple[int, int]) -> dict[str, Any]:
+        if self.status != 200:
+            return {"error": {"message": self.error}}
+        if "messages" in request:
+            choice: dict[str, Any] = {"message": {"role": "assistant", "content": self.content, **self.message}}
+        else:  # /v1/completions
+            choice = {"text": self.content}
+        tokens_in, tokens_out = self.usage or usage
+        return {"choices": [{**choice, "index": 0, "finish_reason": self.finish}],
+                "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, **self.usage_extra}}
+
+
+def http_error(status: int, message: str = "scripted error", **headers: str) -> Reply:
+    """A scripted HTTP error reply (429, 5xx, 400) with its headers (e.g. ``**{"Retry-After": "1"}``)."""
+    return Reply(status=status, error=message, headers=headers)
+
+
+Script = Callable[[dict[str, Any]], "str | Reply | None"] | str | Reply
+
+
+class ScriptedServer:
+    """A real OpenAI-compatible endpoint on 127.0.0.1 (POST /v1/chat/completions and /v1/completions) whose replies
+    the test scripts: a real model cannot be made to misbehave on demand.
+
+    ``script`` is one reply for every request, a function of the request's JSON body that returns one, or a list
+    of those used in turn, the last one for every request after. A reply is its text (a str, or None for
+    ``content: null``) or a Reply (status codes, headers, finish reasons, delays, usage, extra message fields).
+    ``usage`` is every reply's (prompt_tokens, completion_tokens) unless the Reply says; ``delay`` (seconds) holds
+    every reply. The server records every request: ``bodies`` (JSON), ``headers``, ``arrivals`` (time.monotonic()
+    on arrival), and ``peak``, the most requests in flight at once."""
+
+    def __init__(self, script: Script | list[Script], usage: tuple[int, int] = (5, 2), delay: float = 0.0):
+        from aiohttp import web
+
+        self.script, self.usage, self.delay = script, usage, delay
+        self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.arrivals: list[float] = []
+        self.in_flight = self.peak = 0
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/completions", self._handle)
+        self.server = ThreadServer(app)
+        self.url = self.server.url
+
+    @property
+    def requests(self) -> int:
+        return len(self.bodies)
+
+    def _reply(self, body: dict[str, Any]) -> Reply:
+        step = self.script
+        if isinstance(step, list):
+            step = step[min(len(self.bodies) - 1, len(step) - 1)]
+        reply = step(body) if callable(step) else step
+        return reply if isinstance(reply, Reply) else Reply(content=reply)
+
+    async def _handle(self, request):
+        import asyncio
+
+        from aiohttp import web
+
+        self.arrivals.append(time.monotonic())
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            body = await request.json()
+            self.headers.append(dict(request.headers))
+            self.bodies.append(body)
+            reply = self._reply(body)
+            if self.delay + reply.delay:
+                await asyncio.sleep(self.delay + reply.delay)
+            return web.json_response(reply.body(body, self.usage), status=reply.status, headers=reply.headers)
+        finally:
+            self.in_flight -= 1
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.fixture
+def scripted_server():
+    """Start ScriptedServers: ``scripted_server(script, **options)``; every one is closed after the test."""
+    servers: list[ScriptedServer] = []
+
+    def start(script: Script | list[Script], **options: Any) -> ScriptedServer:
+        servers.append(ScriptedServer(script, **options))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()

@@ -19,7 +19,7 @@ from arena_learning.rating.baseline import baseline_win_rates
 from arena_learning.rating.counts import BattleTable
 from arena_learning.records import Battle, Judgment, Prompt
 
-from .conftest import shared
+from .conftest import Reply, shared
 
 JUDGE_MODEL = ModelSpec(name="j", engine="openai", model="j", base_url="http://127.0.0.1:9/v1")
 
@@ -191,20 +191,12 @@ def test_unknown_baseline_is_a_clear_error():
 
 
 class LabelJudge:
-    """An OpenAI-like judge endpoint that writes its own answer, then a label chosen by which model's answer
-    it is shown as A and as B (found by the answers' text); the first request about ``unsure`` has no label."""
+    """A scripted judge (for a ScriptedServer) that writes its own answer, then a label chosen by which model's
+    answer it is shown as A and as B (found by the answers' text); the first request about ``unsure`` has no label."""
 
     def __init__(self, answers, verdicts, unsure):
-        from aiohttp import web
-
-        from .conftest import ThreadServer
-
         self.answers, self.verdicts, self.unsure = answers, verdicts, unsure
-        self.requests, self.unlabelled = 0, 0
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.handle)
-        self.server = ThreadServer(app)
-        self.url = self.server.url
+        self.unlabelled = 0
 
     def shown(self, text, side):
         start = text.index(f"<|The Start of Assistant {side}'s Answer|>")
@@ -214,11 +206,7 @@ class LabelJudge:
     def pids(self, text):
         return {pid for (pid, _), t in self.answers.items() if t[:200] in text}
 
-    async def handle(self, request):
-        from aiohttp import web
-
-        self.requests += 1
-        body = await request.json()
+    def __call__(self, body):
         user = body["messages"][-1]["content"]
         a, b = self.shown(user, "A"), self.shown(user, "B")
         label = self.verdicts[(a, b)]
@@ -227,12 +215,10 @@ class LabelJudge:
             text = "My own answer: it depends. Both assistants are reasonable and I cannot decide."
         else:
             text = f"My own answer: ...\n\nComparing: ...\n\nMy final verdict is: [[{label}]]"
-        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text},
-                                               "finish_reason": "stop"}],
-                                  "usage": {"prompt_tokens": 50, "completion_tokens": 20}})
+        return Reply(text, usage=(50, 20))
 
 
-def test_arena_hard_judge_end_to_end_through_a_local_http_judge(tmp_path):
+def test_arena_hard_judge_end_to_end_through_a_local_http_judge(tmp_path, scripted_server):
     import subprocess
 
     import yaml
@@ -262,45 +248,44 @@ def test_arena_hard_judge_end_to_end_through_a_local_http_judge(tmp_path):
     verdicts = {("gpt-4-0314", "gpt-4-0613"): "B>>A", ("gpt-4-0613", "gpt-4-0314"): "A>>B",
                 ("gpt-4-0314", "gpt-3.5-turbo-0125"): "A>B", ("gpt-3.5-turbo-0125", "gpt-4-0314"): "A=B"}
     judge = LabelJudge(answers, verdicts, unsure=pids[0])
-    try:
-        cfg = tmp_path / "run.yaml"
-        cfg.write_text(yaml.safe_dump({
-            "name": "ah", "prompts": {"set": "small"},
-            "models": [{"name": m, "engine": "imported"} for m in ("gpt-4-0314", "gpt-4-0613", "gpt-3.5-turbo-0125")],
-            "battles": {"schedule": "baseline", "baseline": "gpt-4-0314"},
-            "judge": {"kind": "llm", "name": "ah", "template": "arena-hard", "combine": "both", "retries": 1,
-                      "model": {"name": "judge", "engine": "openai", "model": "judge", "base_url": judge.url}},
-            "ratings": {"bootstrap": 50},
-        }), encoding="utf-8")
-        arena("battle", cfg, "-w", ws)
-        # 4 prompts x 2 contestants x 2 orders, and one re-ask of the verdict without a label.
-        assert judge.requests == 17 and judge.unlabelled == 1
-        with Store(ws, readonly=True) as store:
-            games = store.get_judgments("ah")
-            battles = store.get_battles("ah")
-        assert len(games) == 16 and all(g.status == "ok" and len(g.labels) == 1 for g in games)
-        assert sorted({(g.model_a, g.labels[0]) for g in games}) == sorted(
-            {("gpt-4-0314", "B>>A"), ("gpt-4-0613", "A>>B"), ("gpt-4-0314", "A>B"), ("gpt-3.5-turbo-0125", "A=B")})
-        weights = {(b.model_a, b.model_b): b.weight for b in battles}
-        assert weights[("gpt-4-0314", "gpt-4-0613")] == 3 and weights[("gpt-4-0314", "gpt-3.5-turbo-0125")] == 1
-        head = json.loads(arena("leaderboard", ws, "--baseline", "gpt-4-0314", "--json").stdout)
-        rates = {r["model"]: (r["win_rate"], r["ci_low"], r["ci_high"]) for r in head["rows"]}
-        # gpt-4-0613 wins every game strongly; gpt-3.5 loses one game and ties the other on every prompt.
-        assert rates["gpt-4-0613"] == (1.0, 1.0, 1.0)
-        assert rates["gpt-3.5-turbo-0125"] == (0.25, 0.25, 0.25)
-        assert [r["model"] for r in head["rows"]] == ["gpt-4-0613", "gpt-4-0314", "gpt-3.5-turbo-0125"]
-        arena("export-judgments", ws, "--format", "arena-hard", "--out", tmp_path / "out")
-        out = [json.loads(line) for line in (tmp_path / "out" / "gpt-4-0613.jsonl").read_text().splitlines()]
-        assert len(out) == 4 and all([g["score"] for g in r["games"]] == ["B>>A", "A>>B"] for r in out)
-        # The HTML report shows the same headline in its leaderboard area.
-        from arena_learning.report.html import build_report
+    server = scripted_server(judge)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "ah", "prompts": {"set": "small"},
+        "models": [{"name": m, "engine": "imported"} for m in ("gpt-4-0314", "gpt-4-0613", "gpt-3.5-turbo-0125")],
+        "battles": {"schedule": "baseline", "baseline": "gpt-4-0314"},
+        "judge": {"kind": "llm", "name": "ah", "template": "arena-hard", "combine": "both", "retries": 1,
+                  "model": {"name": "judge", "engine": "openai", "model": "judge", "base_url": server.url}},
+        "ratings": {"bootstrap": 50},
+    }), encoding="utf-8")
+    arena("battle", cfg, "-w", ws)
+    # 4 prompts x 2 contestants x 2 orders, and one re-ask of the verdict without a label.
+    assert server.requests == 17 and judge.unlabelled == 1
+    with Store(ws, readonly=True) as store:
+        games = store.get_judgments("ah")
+        battles = store.get_battles("ah")
+    assert len(games) == 16 and all(g.status == "ok" and len(g.labels) == 1 for g in games)
+    assert sorted({(g.model_a, g.labels[0]) for g in games}) == sorted(
+        {("gpt-4-0314", "B>>A"), ("gpt-4-0613", "A>>B"), ("gpt-4-0314", "A>B"), ("gpt-3.5-turbo-0125", "A=B")})
+    weights = {(b.model_a, b.model_b): b.weight for b in battles}
+    assert weights[("gpt-4-0314", "gpt-4-0613")] == 3 and weights[("gpt-4-0314", "gpt-3.5-turbo-0125")] == 1
+    head = json.loads(arena("leaderboard", ws, "--baseline", "gpt-4-0314", "--json").stdout)
+    rates = {r["model"]: (r["win_rate"], r["ci_low"], r["ci_high"]) for r in head["rows"]}
+    # gpt-4-0613 wins every game strongly; gpt-3.5 loses one game and ties the other on every prompt.
+    assert rates["gpt-4-0613"] == (1.0, 1.0, 1.0)
+    assert rates["gpt-3.5-turbo-0125"] == (0.25, 0.25, 0.25)
+    assert [r["model"] for r in head["rows"]] == ["gpt-4-0613", "gpt-4-0314", "gpt-3.5-turbo-0125"]
+    arena("export-judgments", ws, "--format", "arena-hard", "--out", tmp_path / "out")
+    out = [json.loads(line) for line in (tmp_path / "out" / "gpt-4-0613.jsonl").read_text().splitlines()]
+    assert len(out) == 4 and all([g["score"] for g in r["games"]] == ["B>>A", "A>>B"] for r in out)
+    # The HTML report shows the same headline in its leaderboard area.
+    from arena_learning.report.html import build_report
 
-        page, _ = build_report(ws)
-        table = page[page.index('id="baseline-table"'):]
-        table = table[:table.index("</table>")]
-        assert "gpt-4-0613</td><td>100.0</td><td>100.0 .. 100.0</td><td>4</td>" in table.replace(' class=""', "").replace(' class="l"', "")
-    finally:
-        judge.server.close()
+    page, _ = build_report(ws)
+    table = page[page.index('id="baseline-table"'):]
+    table = table[:table.index("</table>")]
+    plain = table.replace(' class=""', "").replace(' class="l"', "")
+    assert "gpt-4-0613</td><td>100.0</td><td>100.0 .. 100.0</td><td>4</td>" in plain
 
 
 def test_a_judge_folder_whose_parser_does_not_fit_its_mode_is_refused(tmp_path):

@@ -9,8 +9,8 @@ import typer
 from typer.testing import CliRunner
 
 from arena_learning.arena.audit import (
-    B_WINS,
     A_WINS,
+    B_WINS,
     TIE,
     audit_judge,
     battle_outcomes,

@@ -44,8 +44,9 @@ def test_wrong_type_names_the_key(tmp_path):
 
 
 def test_unknown_engine_is_an_error_with_exit_code_2(tmp_path):
-    cfg = write_config(tmp_path / "run.yaml", GOOD.replace("engine: llamacpp, model: bundled, mode: completion}\n  - {name: b",
-                                                          "engine: tgi-magic}\n  - {name: b", 1))
+    cfg = write_config(tmp_path / "run.yaml",
+                       GOOD.replace("engine: llamacpp, model: bundled, mode: completion}\n  - {name: b",
+                                    "engine: tgi-magic}\n  - {name: b", 1))
     code, out = run_cli("answer", cfg, "-w", tmp_path / "ws")
     assert code == 2
     assert "models.0.engine" in out and "llamacpp" in out and "openai" in out
@@ -80,7 +81,8 @@ def test_openai_model_without_its_api_key_env_is_an_error(tmp_path, monkeypatch)
     cfg = write_config(
         tmp_path / "run.yaml",
         GOOD.replace("engine: llamacpp, model: bundled, mode: completion}",
-                     "engine: openai, model: x, base_url: 'http://127.0.0.1:9/v1', api_key_env: ARENA_TEST_NO_SUCH_KEY}", 1),
+                     "engine: openai, model: x, base_url: 'http://127.0.0.1:9/v1', "
+                     "api_key_env: ARENA_TEST_NO_SUCH_KEY}", 1),
     )
     code, out = run_cli("answer", cfg, "-w", tmp_path / "ws")
     assert code == 2 and "ARENA_TEST_NO_SUCH_KEY" in out

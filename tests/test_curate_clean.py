@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 
@@ -24,7 +25,6 @@ from arena_learning.errors import ConfigError
 from arena_learning.records import Prompt
 
 from .conftest import shared
-
 
 
 def P(id: str, *turns: str) -> Prompt:
@@ -196,7 +196,7 @@ def test_clean_counts_every_drop_on_the_sharegpt_sample():
     assert [s.name for s in steps] == [
         "length", "empty/garbled", "exact dedupe", "near dedupe", "language", "moderation"
     ]
-    for a, b in zip(steps, steps[1:]):
+    for a, b in itertools.pairwise(steps):
         assert a.n_out == b.n_in
     for s in steps:
         assert s.n_in - s.n_out == sum(s.dropped.values())

@@ -18,7 +18,6 @@ from arena_learning.store import Store
 from .conftest import shared
 
 
-
 def cli() -> typer.Typer:
     app = typer.Typer()
     register(app)
@@ -203,7 +202,7 @@ def test_same_id_with_other_content_is_renamed_not_lost(tmp_path):
     one = write_jsonl(tmp_path / "one.jsonl", [{"question_id": 1, "turns": ["What is 2+2?"]}])
     two = write_jsonl(tmp_path / "two.jsonl", [{"question_id": 1, "turns": ["Name a colour."]}])
     report = ingest([one, two, one])
-    assert [p.id for p in report.prompts][0] == "1"
+    assert report.prompts[0].id == "1"
     assert report.prompts[1].id.startswith("1#") and report.prompts[1].turns == ["Name a colour."]
     assert report.counts["id_renamed"] == 1 and report.counts["already_present"] == 1
 

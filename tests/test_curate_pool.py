@@ -22,7 +22,6 @@ from arena_learning.store import Store
 from .conftest import shared
 
 
-
 def P(id: str, *turns: str, **kw) -> Prompt:
     return Prompt(id=id, turns=list(turns), source="test", **kw)
 

@@ -38,7 +38,6 @@ from arena_learning.store import Store
 from .conftest import shared
 
 
-
 @pytest.fixture(scope="module")
 def embedder():
     # 128 tokens instead of the model's 256 halves the CPU time on long prompts;

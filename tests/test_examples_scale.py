@@ -24,15 +24,16 @@ from arena_learning.curate.settings import PoolConfig, TestsetConfig
 from arena_learning.flywheel.settings import FlywheelConfig
 from arena_learning.scale.launch import launch_command
 
+from .conftest import shared
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "scale.md"
 EXAMPLES = ROOT / "examples"
-DATA = ROOT.parent / "shared" / "data"
 
 runner = CliRunner()
 
 
-def _load(name: str, cls):  # noqa: ANN001, ANN202 - a config class
+def _load(name: str, cls):
     return load_config_file(EXAMPLES / name, cls)
 
 
@@ -112,7 +113,7 @@ def doc_commands() -> list[str]:
     return out
 
 
-def _resolve(tokens: list[str]):  # noqa: ANN202 - a click command and the words that named it
+def _resolve(tokens: list[str]):
     """Return (the click command ``tokens`` name, its path) by walking the CLI's groups."""
     cmd = typer.main.get_command(app)
     path: list[str] = []
@@ -168,11 +169,7 @@ def test_the_page_names_only_existing_examples():
 
 def test_the_pages_arena_plan_is_what_plan_gives(tmp_path, monkeypatch):
     """Recompute the page's `arena plan examples/paper-scale.yaml` on the public prompts it names."""
-    files = [DATA / "arena-hard-v0.1" / "question.jsonl", DATA / "mt_bench" / "question.jsonl",
-             DATA / "vicuna_bench" / "question.jsonl"]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        pytest.skip(f"public data not here: {', '.join(missing)}")
+    files = [shared(name, "question.jsonl") for name in ("arena-hard-v0.1", "mt_bench", "vicuna_bench")]
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # as on the page: gpt-4o planned without a ledger check
     ws = tmp_path / "ws"
     res = runner.invoke(app, ["ingest", *map(str, files), "--out", str(ws), "-q"])
@@ -194,11 +191,8 @@ def test_the_pages_arena_plan_is_what_plan_gives(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_pages_flywheel_plan_is_what_plan_gives(tmp_path):
     """Rebuild the page's test set and nine slices from the public data and recompute its flywheel plan."""
-    test_files = [DATA / "mt_bench" / "question.jsonl", DATA / "vicuna_bench" / "question.jsonl"]
-    pool_file = DATA / "arena-hard-v0.1" / "question.jsonl"
-    missing = [str(f) for f in [*test_files, pool_file] if not f.is_file()]
-    if missing:
-        pytest.skip(f"public data not here: {', '.join(missing)}")
+    test_files = [shared(name, "question.jsonl") for name in ("mt_bench", "vicuna_bench")]
+    pool_file = shared("arena-hard-v0.1", "question.jsonl")
     ws = tmp_path / "ws"
     res = runner.invoke(app, ["ingest", *map(str, test_files), "--out", str(ws), "--set-name", "testset/mix", "-q"])
     assert res.exit_code == 0, res.output

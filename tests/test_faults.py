@@ -145,7 +145,8 @@ def test_an_api_key_never_reaches_the_workspace_logs_or_report(tmp_path):
 name: secret
 tasks: {{n: 6}}
 models:
-  - {{name: a, engine: openai, model: m, base_url: "{srv.url}", api_key_env: ARENA_SECRET_TEST, params: {{max_tokens: 8}}}}
+  - {{name: a, engine: openai, model: m, base_url: "{srv.url}", api_key_env: ARENA_SECRET_TEST,
+      params: {{max_tokens: 8}}}}
   - {{name: b, engine: openai, model: m, base_url: "{srv.url}", api_key_env: ARENA_SECRET_TEST, revision: r2,
       params: {{max_tokens: 9}}}}
 ratings: {{bootstrap: 5}}

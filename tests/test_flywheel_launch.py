@@ -20,8 +20,14 @@ from arena_learning.flywheel.harvest import PreferenceItem, SFTItem
 from arena_learning.flywheel.rounds import Flywheel, launch_plan
 from arena_learning.flywheel.settings import FlywheelConfig, SFTSettings
 from arena_learning.flywheel.train_stage import read_job
-from arena_learning.scale.launch import LaunchError, LaunchSettings, accelerate_config_path, check_launchable, \
-    launch_command, uses_deepspeed
+from arena_learning.scale.launch import (
+    LaunchError,
+    LaunchSettings,
+    accelerate_config_path,
+    check_launchable,
+    launch_command,
+    uses_deepspeed,
+)
 from arena_learning.store import Store
 from arena_learning.tasks import generate_tasks
 
@@ -53,7 +59,8 @@ def config(launch: dict | None = None) -> FlywheelConfig:
 
 
 def sft_items() -> list[SFTItem]:
-    return [SFTItem(messages=[{"role": "user", "content": p.turns[0]}, {"role": "assistant", "content": p.reference[0]}],
+    return [SFTItem(messages=[{"role": "user", "content": p.turns[0]},
+                              {"role": "assistant", "content": p.reference[0]}],
                     prompt_id=p.id, source_model="ref") for p in PROMPTS]
 
 

@@ -27,8 +27,10 @@ CONFIG = {
     "tasks": {"n": 9, "seed": 0},
     "target": {"name": "student", "engine": "transformers", "model": "bundled", "mode": "completion",
                "params": {"max_tokens": 6, "temperature": 0.0, "stop": ["\n"]}},
-    "references": [{"name": "ref-4shot", "engine": "llamacpp", "model": "bundled", "mode": "completion", "n_threads": 1,
-                    "prompt_format": {"few_shot": [["What is 12 + 7?", "19"], ["What is the capital of Japan?", "Tokyo"],
+    "references": [{"name": "ref-4shot", "engine": "llamacpp", "model": "bundled", "mode": "completion",
+                    "n_threads": 1,
+                    "prompt_format": {"few_shot": [["What is 12 + 7?", "19"],
+                                                   ["What is the capital of Japan?", "Tokyo"],
                                                    ["Write the word 'river' in uppercase letters.", "RIVER"],
                                                    ["How many letters are in the word 'stone'?", "5"]]},
                     "params": {"max_tokens": 6, "temperature": 0.0, "stop": ["\n"]}}],
@@ -55,7 +57,7 @@ def config(**changes) -> FlywheelConfig:
 # ---- fast -------------------------------------------------------------------------------------------
 
 
-def test_config_checks():
+def test_a_flywheel_config_refuses_a_non_transformers_target_an_unknown_slice_and_dpo_loss():
     with pytest.raises(ConfigError, match="engine must be 'transformers'"):
         config(target={**CONFIG["target"], "engine": "llamacpp"})
     with pytest.raises(ConfigError, match="slice 'D9'"):

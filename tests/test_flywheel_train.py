@@ -26,7 +26,8 @@ TINY = {"learning_rate": 1e-4, "epochs": 1, "max_steps": 1, "batch_size": 2, "mi
 
 
 def sft_items():
-    return [SFTItem(messages=[{"role": "user", "content": p.turns[0]}, {"role": "assistant", "content": p.reference[0]}],
+    return [SFTItem(messages=[{"role": "user", "content": p.turns[0]},
+                              {"role": "assistant", "content": p.reference[0]}],
                     prompt_id=p.id, source_model="ref") for p in PROMPTS]
 
 
@@ -50,7 +51,8 @@ def answers_through_the_arena(folder, workspace) -> CallStats:
 
 def test_rows_are_rendered_as_the_target_is_asked():
     (row,) = train.sft_training_rows(sft_items()[:1], TARGET)
-    assert row == {"prompt": f"Question: {PROMPTS[0].turns[0]}\nAnswer:", "completion": f" {PROMPTS[0].reference[0]}\n\n"}
+    assert row == {"prompt": f"Question: {PROMPTS[0].turns[0]}\nAnswer:",
+                   "completion": f" {PROMPTS[0].reference[0]}\n\n"}
     multi = SFTItem(messages=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "1"},
                               {"role": "user", "content": "b"}, {"role": "assistant", "content": "2"}], prompt_id="m")
     rows = train.sft_training_rows([multi], TARGET)

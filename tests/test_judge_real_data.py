@@ -17,12 +17,10 @@ import yaml
 
 from arena_learning.store import Store
 
-from .conftest import ARENA, SHARED_DATA, free_port, wait_for_port, write_config
+from .conftest import ARENA, free_port, shared, wait_for_port, write_config
 
 pytestmark = pytest.mark.slow
 
-ARENA_HARD = SHARED_DATA / "arena-hard-v0.1"
-MT_BENCH = SHARED_DATA / "mt_bench"
 # A judge folder written as a user would: the built-in pairwise prompt with a short explanation,
 # so that a 270M model on two cores answers in seconds.
 JUDGE_YAML = """
@@ -41,11 +39,6 @@ schema:
   required: [explanation, score_a, score_b]
 sampling: {{temperature: 0.0, max_tokens: 48}}
 """
-
-
-def need(path):
-    if not path.exists():
-        pytest.skip(f"{path} is absent: the shared data folder (../shared/data) is not beside this checkout")
 
 
 def arena(*args):
@@ -87,10 +80,10 @@ def health(url):
 
 
 def test_arena_hard_answers_judged_in_both_orders_with_injection_flagged(served_judge, tmp_path):
-    need(ARENA_HARD / "question.jsonl")
+    questions = shared("arena-hard-v0.1", "question.jsonl")
     ws = tmp_path / "ws"
-    arena("ingest", ARENA_HARD / "question.jsonl", "--out", ws)
-    arena("import-answers", *sorted((ARENA_HARD / "model_answer").glob("*.jsonl")), "-w", ws)
+    arena("ingest", questions, "--out", ws)
+    arena("import-answers", *sorted((questions.parent / "model_answer").glob("*.jsonl")), "-w", ws)
     # The two prompts with the shortest real answers keep the judge's context small.
     with Store(ws) as store:
         answers = store.get_answers()
@@ -140,7 +133,8 @@ def test_arena_hard_answers_judged_in_both_orders_with_injection_flagged(served_
     assert not any(j.flags for j in js if "sly" not in (j.model_a, j.model_b))
 
     # A rerun calls nothing: not the server, not the ledger.
-    before, calls = health(served_judge), sqlite3.connect(ws / "arena.db").execute("SELECT COUNT(*) FROM calls").fetchone()
+    before = health(served_judge)
+    calls = sqlite3.connect(ws / "arena.db").execute("SELECT COUNT(*) FROM calls").fetchone()
     arena("battle", cfg, "-w", ws)
     assert health(served_judge) == before
     assert sqlite3.connect(ws / "arena.db").execute("SELECT COUNT(*) FROM calls").fetchone() == calls
@@ -149,10 +143,10 @@ def test_arena_hard_answers_judged_in_both_orders_with_injection_flagged(served_
 
 
 def test_mt_bench_two_turn_answers_and_judgments_carry_earlier_turns(served_judge, tmp_path):
-    need(MT_BENCH / "question.jsonl")
+    questions = shared("mt_bench", "question.jsonl")
     ws = tmp_path / "ws"
-    arena("ingest", MT_BENCH / "question.jsonl", "--out", ws)
-    arena("import-answers", MT_BENCH / "reference_answer" / "gpt-4.jsonl", "-w", ws)
+    arena("ingest", questions, "--out", ws)
+    arena("import-answers", questions.parent / "reference_answer" / "gpt-4.jsonl", "-w", ws)
     with Store(ws) as store:
         have = {a.prompt_id for a in store.get_answers("gpt-4")}
         two = [p for p in store.get_prompts("ingested") if p.id in have and len(p.turns) == 2][:2]

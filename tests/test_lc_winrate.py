@@ -21,7 +21,7 @@ from arena_learning.records import Answer, Battle, Prompt
 from arena_learning.report.html import write_report
 from arena_learning.store import Store
 
-from .conftest import SHARED_DATA, fenced
+from .conftest import fenced, shared
 
 QUESTIONS = [
     {"dataset": "helpful_base", "instruction": "What are the names of some famous actors?", "output": "Tom Hanks.",
@@ -202,9 +202,7 @@ def test_lc_winrate_command_table_json_and_errors(tmp_path):
 def test_published_alpaca_eval_leaderboard_lc_and_raw_differ_most_for_long_outputs():
     """Sanity check on the real AlpacaEval 2 leaderboard: the published LC win rate sits below the raw
     one for the longest outputs and above it for the shortest, as a length-controlled figure should."""
-    path = SHARED_DATA / "alpaca_eval" / "alpaca_eval_2_weighted_gpt4_turbo_leaderboard.csv"
-    if not path.exists():
-        pytest.skip(f"{path} is absent: the shared data folder (../shared/data) is not beside this checkout")
+    path = shared("alpaca_eval", "alpaca_eval_2_weighted_gpt4_turbo_leaderboard.csv")
     import pandas as pd
 
     frame = pd.read_csv(path, index_col=0).dropna(subset=["length_controlled_winrate", "avg_length"])
@@ -215,39 +213,20 @@ def test_published_alpaca_eval_leaderboard_lc_and_raw_differ_most_for_long_outpu
     assert read_board(path).layout == "alpaca-eval"
 
 
-class LengthLovingJudge:
-    """A pairwise judge on 127.0.0.1 that prefers the longer answer 4 times in 5 (a coin seeded by the texts)."""
+def length_loving_judge(body):
+    """A pairwise judge that prefers the longer answer 4 times in 5 (a coin seeded by the texts)."""
+    import hashlib
 
-    def __init__(self):
-        from aiohttp import web
-
-        from .conftest import ThreadServer
-
-        self.calls = 0
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.handle)
-        self.server = ThreadServer(app)
-
-    async def handle(self, request):
-        import hashlib
-
-        from aiohttp import web
-
-        self.calls += 1
-        user = (await request.json())["messages"][-1]["content"]
-
-        a, b = fenced(user, "ANSWER A"), fenced(user, "ANSWER B")
-        pair = "|".join(sorted((a, b)))  # the same coin in both orders
-        coin = int(hashlib.sha256(pair.encode()).hexdigest(), 16) % 5
-        longer_wins = coin != 0
-        a_wins = (len(a) > len(b)) == longer_wins
-        text = json.dumps({"explanation": "ok", "score_a": 8 if a_wins else 4, "score_b": 4 if a_wins else 8})
-        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text},
-                                               "finish_reason": "stop"}],
-                                  "usage": {"prompt_tokens": 10, "completion_tokens": 10}})
+    user = body["messages"][-1]["content"]
+    a, b = fenced(user, "ANSWER A"), fenced(user, "ANSWER B")
+    pair = "|".join(sorted((a, b)))  # the same coin in both orders
+    coin = int(hashlib.sha256(pair.encode()).hexdigest(), 16) % 5
+    longer_wins = coin != 0
+    a_wins = (len(a) > len(b)) == longer_wins
+    return json.dumps({"explanation": "ok", "score_a": 8 if a_wins else 4, "score_b": 4 if a_wins else 8})
 
 
-def test_alpaca_eval_flow_through_the_commands_with_a_judge_on_localhost(tmp_path):
+def test_alpaca_eval_flow_through_the_commands_with_a_judge_on_localhost(tmp_path, scripted_server):
     """Questions ingested, two generators' outputs imported, battles judged over HTTP by a judge that
     likes length, then lc-winrate against the run's baseline: raw well above 50, LC back near 50."""
     rng = np.random.default_rng(2)
@@ -260,31 +239,28 @@ def test_alpaca_eval_flow_through_the_commands_with_a_judge_on_localhost(tmp_pat
                 "generator": "verbose"} for i, q in enumerate(questions)]
     (tmp_path / "ref.json").write_text(json.dumps(ref))
     (tmp_path / "verbose.jsonl").write_text("\n".join(json.dumps(r) for r in verbose) + "\n")
-    judge = LengthLovingJudge()
-    try:
-        config = tmp_path / "ae.yaml"
-        config.write_text(
-            "name: ae\nprompts: {set: ingested}\nratings: {bootstrap: 20}\n"
-            "models:\n  - {name: gpt4_turbo, engine: imported}\n  - {name: verbose, engine: imported}\n"
-            "battles: {schedule: baseline, baseline: gpt4_turbo}\n"
-            f"judge: {{kind: llm, name: lj, template: pairwise, model: {{name: j, engine: openai, model: j, "
-            f"base_url: '{judge.server.url}'}}}}\n")
-        ws = tmp_path / "ws"
-        runner = CliRunner()
-        for args in (["ingest", str(tmp_path / "alpaca_eval.json"), "--out", str(ws)],
-                     ["import-answers", str(tmp_path / "ref.json"), str(tmp_path / "verbose.jsonl"), "-w", str(ws)],
-                     ["battle", str(config), "-w", str(ws)]):
-            result = runner.invoke(app, args)
-            assert result.exit_code == 0, (args, result.output)
-        assert judge.calls == 2 * n  # both orders
-        result = runner.invoke(app, ["lc-winrate", str(ws), "--json"])
-        assert result.exit_code == 0, result.output
-        (row,) = json.loads(result.stdout)
-        assert row["reference"] == "gpt4_turbo" and row["battles"] == n
-        assert row["win_rate"] > 62 and row["win_low"] > 50
-        assert row["lc_low"] <= 50 <= row["lc_high"] and row["lc_win_rate"] < row["win_rate"] - 10
-        page = write_report(ws).read_text()
-        assert "Length-controlled win rate" in page and f"{row['lc_win_rate']:.1f}" in page
-        assert f"{row['win_rate']:.1f}" in page
-    finally:
-        judge.server.close()
+    judge = scripted_server(length_loving_judge, usage=(10, 10))
+    config = tmp_path / "ae.yaml"
+    config.write_text(
+        "name: ae\nprompts: {set: ingested}\nratings: {bootstrap: 20}\n"
+        "models:\n  - {name: gpt4_turbo, engine: imported}\n  - {name: verbose, engine: imported}\n"
+        "battles: {schedule: baseline, baseline: gpt4_turbo}\n"
+        f"judge: {{kind: llm, name: lj, template: pairwise, model: {{name: j, engine: openai, model: j, "
+        f"base_url: '{judge.url}'}}}}\n")
+    ws = tmp_path / "ws"
+    runner = CliRunner()
+    for args in (["ingest", str(tmp_path / "alpaca_eval.json"), "--out", str(ws)],
+                 ["import-answers", str(tmp_path / "ref.json"), str(tmp_path / "verbose.jsonl"), "-w", str(ws)],
+                 ["battle", str(config), "-w", str(ws)]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, (args, result.output)
+    assert judge.requests == 2 * n  # both orders
+    result = runner.invoke(app, ["lc-winrate", str(ws), "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["reference"] == "gpt4_turbo" and row["battles"] == n
+    assert row["win_rate"] > 62 and row["win_low"] > 50
+    assert row["lc_low"] <= 50 <= row["lc_high"] and row["lc_win_rate"] < row["win_rate"] - 10
+    page = write_report(ws).read_text()
+    assert "Length-controlled win rate" in page and f"{row['lc_win_rate']:.1f}" in page
+    assert f"{row['win_rate']:.1f}" in page

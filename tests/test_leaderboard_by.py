@@ -19,9 +19,8 @@ from arena_learning.rating.groups import group_battles, prompt_groups
 from arena_learning.records import Battle, Prompt
 from arena_learning.store import Store
 
-from .conftest import SHARED_DATA
+from .conftest import shared
 
-ARENA_HARD = SHARED_DATA / "arena-hard-v0.1"
 MODELS = ("gpt-3.5-turbo-0125", "gpt-4-0314", "gpt-4-0613")
 
 
@@ -39,10 +38,9 @@ def longer_wins(prompts, answers):
 
 @pytest.fixture
 def arena_hard_ws(tmp_path):
-    if not ARENA_HARD.exists():
-        pytest.skip(f"{ARENA_HARD} is absent: the shared data folder (../shared/data) is not beside this checkout")
+    root = shared("arena-hard-v0.1")
     cfg = RunConfig.model_validate({
-        "name": "ah", "prompts": {"path": str(ARENA_HARD / "question.jsonl"), "limit": 40},
+        "name": "ah", "prompts": {"path": str(root / "question.jsonl"), "limit": 40},
         "models": [{"name": m, "engine": "imported"} for m in MODELS], "ratings": {"bootstrap": 30, "seed": 2},
     })
     ws = tmp_path / "ws"
@@ -50,7 +48,7 @@ def arena_hard_ws(tmp_path):
         pipeline.save_config(cfg, store)
         prompts = pipeline.stage_prompts(cfg, store)
         ids = {p.id for p in prompts}
-        answers = [a for a in read_answers([ARENA_HARD / "model_answer" / f"{m}.jsonl" for m in MODELS]).answers
+        answers = [a for a in read_answers([root / "model_answer" / f"{m}.jsonl" for m in MODELS]).answers
                    if a.prompt_id in ids]
         assert len(answers) == 3 * 40
         store.put_answers(answers)
@@ -129,7 +127,8 @@ def test_report_has_a_board_per_cluster_when_there_are_few(tmp_path):
     ws = tmp_path / "ws"
     with Store(ws) as store:
         pipeline.save_config(cfg, store)
-        prompts = [p.model_copy(update={"cluster": f"k{i % 3}"}) for i, p in enumerate(pipeline.stage_prompts(cfg, store))]
+        prompts = [p.model_copy(update={"cluster": f"k{i % 3}"})
+                   for i, p in enumerate(pipeline.stage_prompts(cfg, store))]
         store.put_prompts("test", prompts)
         store.replace_battles("verifier", [
             Battle(prompt_id=p.id, model_a=a, model_b=b, outcome="model_a" if (i + len(a)) % 3 else "model_b",

@@ -35,7 +35,8 @@ def test_completion_format_renders_few_shot_and_history():
     spec = ModelSpec(name="f", engine="llamacpp", mode="completion", n_threads=2,
                      prompt_format={"system": "Be brief.\n", "few_shot": [["1 + 1?", "2"]]})
     text = render_completion_prompt(spec.prompt_format, [
-        {"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "3 + 3?"}])
+        {"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "3 + 3?"}])
     assert text == ("Be brief.\nQuestion: 1 + 1?\nAnswer: 2\n\nQuestion: 2 + 2?\nAnswer: 4\n\n"
                     "Question: 3 + 3?\nAnswer:")
     out = ask(build_engine(spec), "3 + 3?", max_tokens=20)
@@ -76,9 +77,11 @@ def test_an_empty_greedy_answer_is_the_models_answer_and_a_sampled_one_a_failure
     from arena_learning.store import Store
 
     # A stop string at the first space: the model's first token (" Paris") ends the answer at once.
-    spec = ModelSpec(name="e", engine="llamacpp", mode="completion", n_threads=2, params={"max_tokens": 4, "stop": [" "]})
+    spec = ModelSpec(name="e", engine="llamacpp", mode="completion", n_threads=2,
+                     params={"max_tokens": 4, "stop": [" "]})
     engine = build_engine(spec)
-    greedy = Request(messages=[{"role": "user", "content": "What is the capital of France?"}], params={"temperature": 0.0})
+    greedy = Request(messages=[{"role": "user", "content": "What is the capital of France?"}],
+                     params={"temperature": 0.0})
     sampled = Request(messages=[{"role": "user", "content": "What is the capital of France?"}],
                       params={"temperature": 0.7, "seed": 3})
     assert engine.repeatable(greedy) and not engine.repeatable(sampled)

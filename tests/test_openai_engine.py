@@ -8,15 +8,14 @@ import json
 
 import httpx
 import pytest
-from aiohttp import web
 
-from arena_learning.engines.calls import CallStats, run_requests
 from arena_learning.config import ModelSpec
 from arena_learning.engines import build_engine
 from arena_learning.engines.base import Request
+from arena_learning.engines.calls import CallStats, run_requests
 from arena_learning.store import Store
 
-from .conftest import SERVE_CONFIG, ThreadServer
+from .conftest import SERVE_CONFIG, Reply, http_error
 
 QUESTIONS = ["What is 2 + 3?", "What is the capital of France?", "Spell the word 'cat' backwards.",
              "How many letters are in the word 'apple'?"]
@@ -83,74 +82,51 @@ def test_unknown_model_fails_at_once_and_is_recorded_not_cached(served_model, tm
         assert store.call_counts() == {"error": 1}
 
 
-class Scripted:
-    """An OpenAI-like endpoint that fails the first `fail` requests with `status`, then answers."""
+def named(name="s"):
+    """A script replying ``name:question``, what the load and retry tests tell their endpoints apart by."""
+    return lambda body: f"{name}:{body['messages'][-1]['content']}"
 
-    def __init__(self, fail=0, status=429, retry_after=None, name="s"):
-        self.fail, self.status, self.retry_after, self.name = fail, status, retry_after, name
-        self.requests = 0
-        self.auth = []
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.handle)
-        self.server = ThreadServer(app)
-        self.url = self.server.url
 
-    async def handle(self, request):
-        self.requests += 1
-        self.auth.append(request.headers.get("Authorization"))
-        body = await request.json()
-        if self.requests <= self.fail:
-            headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
-            return web.json_response({"error": {"message": "slow down"}}, status=self.status, headers=headers)
-        text = f"{self.name}:{body['messages'][-1]['content']}"
-        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text},
-                                               "finish_reason": "stop"}],
-                                  "usage": {"prompt_tokens": 5, "completion_tokens": 2}})
+def failing(fail, status=429, retry_after=None):
+    """A script that fails the first `fail` requests with `status` (and a Retry-After header), then answers."""
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+    return [http_error(status, "slow down", **headers)] * fail + [named()]
 
 
 @pytest.mark.parametrize("status,retry_after", [(429, 0), (503, None), (500, None)])
-def test_rate_limits_and_server_errors_are_retried(tmp_path, status, retry_after):
-    srv = Scripted(fail=2, status=status, retry_after=retry_after)
-    try:
-        engine = build_engine(openai_spec(srv.url, max_retries=3))
-        with Store(tmp_path) as store:
-            out = run_requests(store, engine, [chat("x")], show_progress=False)
-        assert out[0].text == "s:x" and srv.requests == 3 and engine.retries == 2
-    finally:
-        srv.server.close()
+def test_rate_limits_and_server_errors_are_retried(tmp_path, scripted_server, status, retry_after):
+    srv = scripted_server(failing(2, status, retry_after))
+    engine = build_engine(openai_spec(srv.url, max_retries=3))
+    with Store(tmp_path) as store:
+        out = run_requests(store, engine, [chat("x")], show_progress=False)
+    assert out[0].text == "s:x" and srv.requests == 3 and engine.retries == 2
 
 
-def test_retry_after_is_honoured(tmp_path):
-    srv = Scripted(fail=1, status=429, retry_after=1)
-    try:
-        engine = build_engine(openai_spec(srv.url, max_retries=1))
-        import time
+def test_retry_after_is_honoured(tmp_path, scripted_server):
+    srv = scripted_server(failing(1, 429, retry_after=1))
+    engine = build_engine(openai_spec(srv.url, max_retries=1))
+    import time
 
-        t = time.perf_counter()
-        with Store(tmp_path) as store:
-            out = run_requests(store, engine, [chat("x")], show_progress=False)
-        assert out[0].text == "s:x" and time.perf_counter() - t >= 0.95
-    finally:
-        srv.server.close()
+    t = time.perf_counter()
+    with Store(tmp_path) as store:
+        out = run_requests(store, engine, [chat("x")], show_progress=False)
+    assert out[0].text == "s:x" and time.perf_counter() - t >= 0.95
 
 
-def test_exhausted_retries_are_recorded_and_retried_next_run(tmp_path):
-    srv = Scripted(fail=3, status=503)
-    try:
-        with Store(tmp_path) as store:
-            stats = CallStats()
-            out = run_requests(store, build_engine(openai_spec(srv.url, max_retries=1)), [chat("x")], stats=stats,
-                               show_progress=False)
-            assert out == [None] and stats.failed == 1 and "gave up after 2 attempts" in stats.errors[0]
-            assert store.call_counts() == {"error": 1}
-            out = run_requests(store, build_engine(openai_spec(srv.url, max_retries=1)), [chat("x")],
-                               show_progress=False)
-            assert out[0].text == "s:x" and srv.requests == 4
-            assert store.call_counts() == {"ok": 1}
-            (_, attempts), = store.db.execute("SELECT status, attempts FROM calls").fetchall()
-            assert attempts == 2
-    finally:
-        srv.server.close()
+def test_exhausted_retries_are_recorded_and_retried_next_run(tmp_path, scripted_server):
+    srv = scripted_server(failing(3, 503))
+    with Store(tmp_path) as store:
+        stats = CallStats()
+        out = run_requests(store, build_engine(openai_spec(srv.url, max_retries=1)), [chat("x")], stats=stats,
+                           show_progress=False)
+        assert out == [None] and stats.failed == 1 and "gave up after 2 attempts" in stats.errors[0]
+        assert store.call_counts() == {"error": 1}
+        out = run_requests(store, build_engine(openai_spec(srv.url, max_retries=1)), [chat("x")],
+                           show_progress=False)
+        assert out[0].text == "s:x" and srv.requests == 4
+        assert store.call_counts() == {"ok": 1}
+        (_, attempts), = store.db.execute("SELECT status, attempts FROM calls").fetchall()
+        assert attempts == 2
 
 
 def test_connection_errors_are_retried_then_fail(tmp_path):
@@ -164,163 +140,115 @@ def test_connection_errors_are_retried_then_fail(tmp_path):
     assert out == [None] and engine.retries == 2 and "ClientConnectorError" in stats.errors[0]
 
 
-def test_several_base_urls_spread_the_load_and_the_key_stays_out_of_the_store(tmp_path, monkeypatch):
+def test_several_base_urls_spread_the_load_and_the_key_stays_out_of_the_store(tmp_path, scripted_server,
+                                                                               monkeypatch):
     monkeypatch.setenv("ARENA_TEST_KEY", "sk-secret-123456")
-    a, b = Scripted(name="a"), Scripted(name="b")
-    try:
-        spec = openai_spec([a.url, b.url], concurrency=4, api_key_env="ARENA_TEST_KEY")
-        reqs = [chat(f"q{i}") for i in range(200)]
-        with Store(tmp_path) as store:
-            out = run_requests(store, build_engine(spec), reqs, show_progress=False)
-        assert [c.text.split(":")[1] for c in out] == [f"q{i}" for i in range(200)]
-        assert a.requests + b.requests == 200 and min(a.requests, b.requests) >= 50
-        assert set(a.auth + b.auth) == {"Bearer sk-secret-123456"}
-        for f in tmp_path.iterdir():
-            assert b"sk-secret-123456" not in f.read_bytes(), f
-    finally:
-        a.server.close()
-        b.server.close()
+    a, b = scripted_server(named("a")), scripted_server(named("b"))
+    spec = openai_spec([a.url, b.url], concurrency=4, api_key_env="ARENA_TEST_KEY")
+    reqs = [chat(f"q{i}") for i in range(200)]
+    with Store(tmp_path) as store:
+        out = run_requests(store, build_engine(spec), reqs, show_progress=False)
+    assert [c.text.split(":")[1] for c in out] == [f"q{i}" for i in range(200)]
+    assert a.requests + b.requests == 200 and min(a.requests, b.requests) >= 50
+    assert {h.get("Authorization") for h in a.headers + b.headers} == {"Bearer sk-secret-123456"}
+    for f in tmp_path.iterdir():
+        assert b"sk-secret-123456" not in f.read_bytes(), f
 
 
-def test_concurrency_limit_per_endpoint_is_respected(tmp_path):
-    in_flight, peak = 0, 0
-
-    async def slow(request):
-        nonlocal in_flight, peak
-        in_flight += 1
-        peak = max(peak, in_flight)
-        await asyncio.sleep(0.02)
-        in_flight -= 1
-        return web.json_response({"choices": [{"message": {"content": "ok"}}]})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", slow)
-    srv = ThreadServer(app)
-    try:
-        with Store(tmp_path) as store:
-            run_requests(store, build_engine(openai_spec(srv.url, concurrency=3)), [chat(str(i)) for i in range(30)],
-                         show_progress=False)
-        assert peak == 3
-    finally:
-        srv.close()
+def test_concurrency_limit_per_endpoint_is_respected(tmp_path, scripted_server):
+    srv = scripted_server(named(), delay=0.02)
+    with Store(tmp_path) as store:
+        run_requests(store, build_engine(openai_spec(srv.url, concurrency=3)), [chat(str(i)) for i in range(30)],
+                     show_progress=False)
+    assert srv.peak == 3
 
 
 # ---- what counts as an answer, and how long it took ------------------------------------------------
 
 
-class Replies:
-    """An endpoint that answers with the scripted (content, finish_reason) replies in turn, then the last one
-    forever, after ``delay`` seconds each."""
-
-    def __init__(self, *replies, delay=0.0):
-        self.replies, self.delay = list(replies), delay
-        self.requests = 0
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.handle)
-        self.server = ThreadServer(app)
-        self.url = self.server.url
-
-    async def handle(self, request):
-        await request.read()
-        content, finish = self.replies[min(self.requests, len(self.replies) - 1)]
-        self.requests += 1
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        return web.json_response({"choices": [{"message": {"role": "assistant", "content": content},
-                                               "finish_reason": finish}],
-                                  "usage": {"prompt_tokens": 5, "completion_tokens": 3}})
+def replies(*replies):
+    """A script answering with the given (content, finish_reason) replies in turn, then the last one forever."""
+    return [Reply(content, finish=finish, usage=(5, 3)) for content, finish in replies]
 
 
 def ledger_rows(store):
     return store.db.execute("SELECT status, error, response, attempts, latency_s FROM calls").fetchall()
 
 
-def test_latency_runs_from_the_send_not_from_the_wait_for_a_slot(tmp_path):
+def test_latency_runs_from_the_send_not_from_the_wait_for_a_slot(tmp_path, scripted_server):
     delay, n = 0.25, 4
-    srv = Replies(("ok", "stop"), delay=delay)
-    try:
-        import time
+    srv = scripted_server(replies(("ok", "stop")), delay=delay)
+    import time
 
-        with Store(tmp_path) as store:
-            t = time.perf_counter()
-            out = run_requests(store, build_engine(openai_spec(srv.url, concurrency=1)),
-                               [chat(f"q{i}") for i in range(n)], show_progress=False)
-            wall = time.perf_counter() - t
-            recorded = [row[4] for row in ledger_rows(store)]
-        # One request at a time: the batch takes n delays, but each request took one.
-        assert wall >= n * delay
-        assert all(delay * 0.9 <= c.latency_s < delay * 1.6 for c in out), [c.latency_s for c in out]
-        assert sorted(recorded) == sorted(c.latency_s for c in out)
-    finally:
-        srv.server.close()
+    with Store(tmp_path) as store:
+        t = time.perf_counter()
+        out = run_requests(store, build_engine(openai_spec(srv.url, concurrency=1)),
+                           [chat(f"q{i}") for i in range(n)], show_progress=False)
+        wall = time.perf_counter() - t
+        recorded = [row[4] for row in ledger_rows(store)]
+    # One request at a time: the batch takes n delays, but each request took one.
+    assert wall >= n * delay
+    assert all(delay * 0.9 <= c.latency_s < delay * 1.6 for c in out), [c.latency_s for c in out]
+    assert sorted(recorded) == sorted(c.latency_s for c in out)
 
 
 @pytest.mark.parametrize("content", [None, "", "  \n"])
-def test_an_empty_completion_is_a_failure_recorded_and_retried_next_run(tmp_path, content):
-    srv = Replies((content, "stop"), ("an answer", "stop"))
-    try:
-        with Store(tmp_path) as store:
-            stats = CallStats()
-            out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
-                               show_progress=False)
-            assert out == [None] and (stats.failed, stats.empty, stats.ok) == (1, 1, 0)
-            ((status, error, response, _, _),) = ledger_rows(store)
-            assert status == "error" and "empty completion" in error and response is None
-            # Never used as an answer: the next run asks again and keeps the real answer.
-            stats = CallStats()
-            out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
-                               show_progress=False)
-            assert out[0].text == "an answer" and (stats.sent, stats.ok, stats.cached) == (1, 1, 0)
-            ((status, error, _, attempts, _),) = ledger_rows(store)
-            assert (status, attempts) == ("ok", 2) and srv.requests == 2
-    finally:
-        srv.server.close()
+def test_an_empty_completion_is_a_failure_recorded_and_retried_next_run(tmp_path, scripted_server, content):
+    srv = scripted_server(replies((content, "stop"), ("an answer", "stop")))
+    with Store(tmp_path) as store:
+        stats = CallStats()
+        out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
+                           show_progress=False)
+        assert out == [None] and (stats.failed, stats.empty, stats.ok) == (1, 1, 0)
+        ((status, error, response, _, _),) = ledger_rows(store)
+        assert status == "error" and "empty completion" in error and response is None
+        # Never used as an answer: the next run asks again and keeps the real answer.
+        stats = CallStats()
+        out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
+                           show_progress=False)
+        assert out[0].text == "an answer" and (stats.sent, stats.ok, stats.cached) == (1, 1, 0)
+        ((status, error, _, attempts, _),) = ledger_rows(store)
+        assert (status, attempts) == ("ok", 2) and srv.requests == 2
 
 
-def test_an_empty_success_from_an_older_ledger_is_asked_again(tmp_path):
+def test_an_empty_success_from_an_older_ledger_is_asked_again(tmp_path, scripted_server):
     from arena_learning.engines.calls import request_key
 
-    srv = Replies(("now an answer", "stop"))
-    try:
-        engine = build_engine(openai_spec(srv.url))
-        req = chat("x")
-        with Store(tmp_path) as store:
-            # What a version that cached `content: null` as "" left behind.
-            store.record_calls([{"key": request_key(engine, req), "engine": engine.kind, "model": engine.model_id,
-                                 "request": {"params": engine.key_params(req), **req.payload()}, "status": "ok",
-                                 "response": {"text": "", "finish_reason": "stop"}}])
-            stats = CallStats()
-            out = run_requests(store, engine, [req], stats=stats, show_progress=False)
-            assert out[0].text == "now an answer" and (stats.sent, stats.cached) == (1, 0)
-            ((status, _, response, _, _),) = ledger_rows(store)
-            assert status == "ok" and json.loads(response)["text"] == "now an answer"
-    finally:
-        srv.server.close()
+    srv = scripted_server(replies(("now an answer", "stop")))
+    engine = build_engine(openai_spec(srv.url))
+    req = chat("x")
+    with Store(tmp_path) as store:
+        # What a version that cached `content: null` as "" left behind.
+        store.record_calls([{"key": request_key(engine, req), "engine": engine.kind, "model": engine.model_id,
+                             "request": {"params": engine.key_params(req), **req.payload()}, "status": "ok",
+                             "response": {"text": "", "finish_reason": "stop"}}])
+        stats = CallStats()
+        out = run_requests(store, engine, [req], stats=stats, show_progress=False)
+        assert out[0].text == "now an answer" and (stats.sent, stats.cached) == (1, 0)
+        ((status, _, response, _, _),) = ledger_rows(store)
+        assert status == "ok" and json.loads(response)["text"] == "now an answer"
 
 
-def test_a_cut_off_completion_is_kept_marked_and_counted(tmp_path):
+def test_a_cut_off_completion_is_kept_marked_and_counted(tmp_path, scripted_server):
     from arena_learning.arena.answers import answer_prompts
     from arena_learning.records import Prompt
 
-    srv = Replies(("a long answer that was cut", "length"), ("fine", "stop"))
-    try:
-        with Store(tmp_path) as store:
-            stats = CallStats()
-            out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
-                               show_progress=False)
-            assert out[0].text == "a long answer that was cut" and out[0].finish_reason == "length"
-            assert (stats.ok, stats.truncated) == (1, 1)
-            ((status, _, response, _, _),) = ledger_rows(store)
-            assert status == "ok" and json.loads(response)["finish_reason"] == "length"
-            # Served by the ledger, it is still counted as cut off.
-            stats = CallStats()
-            run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats, show_progress=False)
-            assert (stats.cached, stats.truncated) == (1, 1)
-            # An answer carries how many of its turns were cut off.
-            result = asyncio.run(answer_prompts(store, "m", build_engine(openai_spec(srv.url)),
-                                                [Prompt(id="p", turns=["x", "y"])]))
-            (answer,) = result.answers
-            assert answer.turns == ["a long answer that was cut", "fine"] and answer.truncated == 1
-            assert result.stats.truncated == 1
-    finally:
-        srv.server.close()
+    srv = scripted_server(replies(("a long answer that was cut", "length"), ("fine", "stop")))
+    with Store(tmp_path) as store:
+        stats = CallStats()
+        out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
+                           show_progress=False)
+        assert out[0].text == "a long answer that was cut" and out[0].finish_reason == "length"
+        assert (stats.ok, stats.truncated) == (1, 1)
+        ((status, _, response, _, _),) = ledger_rows(store)
+        assert status == "ok" and json.loads(response)["finish_reason"] == "length"
+        # Served by the ledger, it is still counted as cut off.
+        stats = CallStats()
+        run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats, show_progress=False)
+        assert (stats.cached, stats.truncated) == (1, 1)
+        # An answer carries how many of its turns were cut off.
+        result = asyncio.run(answer_prompts(store, "m", build_engine(openai_spec(srv.url)),
+                                            [Prompt(id="p", turns=["x", "y"])]))
+        (answer,) = result.answers
+        assert answer.turns == ["a long answer that was cut", "fine"] and answer.truncated == 1
+        assert result.stats.truncated == 1

@@ -9,8 +9,15 @@ from collections import Counter
 
 import pytest
 
-from arena_learning.arena.peers import (peer_battles, read_judgments, split_turn, turn_prompt_id, write_arena_hard,
-                                        write_fastchat_pair, write_fastchat_single)
+from arena_learning.arena.peers import (
+    peer_battles,
+    read_judgments,
+    split_turn,
+    turn_prompt_id,
+    write_arena_hard,
+    write_fastchat_pair,
+    write_fastchat_single,
+)
 from arena_learning.errors import ArenaError
 from arena_learning.rating.baseline import baseline_win_rates
 from arena_learning.store import Store
@@ -87,7 +94,7 @@ def test_arena_hard_judgments_give_arena_hards_own_battles_and_win_rates(tmp_pat
         pts = [(p, n) for (_, m, p), n in own.items() if m == r.model]
         assert r.win_rate == pytest.approx(sum(p * n for p, n in pts) / sum(n for _, n in pts), abs=1e-12)
     # Game 1 shows the baseline as A, game 2 swaps.
-    first = [j for j in got.judgments if j.prompt_id == rows[0]["question_id"] and j.model_b == "gpt-4-0613"][0]
+    first = next(j for j in got.judgments if j.prompt_id == rows[0]["question_id"] and j.model_b == "gpt-4-0613")
     assert (first.model_a, first.labels, first.verdict) == (BASE, ["A>B"], "model_a")
 
 
@@ -98,7 +105,8 @@ def test_arena_hard_export_reimports_to_the_same_battles(tmp_path):
     assert sorted(p.name for p in report.files) == ["gpt-3.5-turbo-0125.jsonl", "gpt-4-0613.jsonl"]
     assert report.records == 10 and report.left_out == 0
     again = read_judgments(report.files, baseline=BASE)
-    assert battle_keys(peer_battles(again.judgments, "arena-hard")) == battle_keys(peer_battles(got.judgments, "arena-hard"))
+    assert (battle_keys(peer_battles(again.judgments, "arena-hard"))
+            == battle_keys(peer_battles(got.judgments, "arena-hard")))
     out = [json.loads(line) for line in report.files[0].read_text().splitlines()]
     assert {"uid", "model", "judge", "games"} <= set(out[0]) and len(out[0]["games"]) == 2
 
@@ -130,7 +138,8 @@ def fastchat_own_counts(rows):
             out[(r["model_1"], "tie")] += 1
             out[(r["model_2"], "tie")] += 1
         else:
-            winner, loser = (r["model_1"], r["model_2"]) if r["g1_winner"] == "model_1" else (r["model_2"], r["model_1"])
+            first_won = r["g1_winner"] == "model_1"
+            winner, loser = (r["model_1"], r["model_2"]) if first_won else (r["model_2"], r["model_1"])
             out[(winner, "win")] += 1
             out[(loser, "loss")] += 1
     return out
@@ -158,7 +167,7 @@ def test_fastchat_pairwise_judgments_give_fastchats_own_counts_and_round_trip(tm
     # Turn 2 is its own battle, beside turn 1 of the same question.
     assert {b.prompt_id for b in battles} == {"81", "81#turn2", "82", "83#turn2", "84"}
     # Game 2 shows model_2 first: its winner "model_2" is our model_a there.
-    g2 = [j for j in got.judgments if j.prompt_id == "81" and j.model_a == "gpt-3.5-turbo"][0]
+    g2 = next(j for j in got.judgments if j.prompt_id == "81" and j.model_a == "gpt-3.5-turbo")
     assert (g2.model_b, g2.verdict) == ("vicuna-13b", "model_a")
     report = write_fastchat_pair(got.judgments, tmp_path / "out_pair.jsonl")
     assert report.records == 7
@@ -239,7 +248,8 @@ def test_cli_import_headline_export_reimport(tmp_path):
     expected = {r.model: r for r in baseline_win_rates(battles, BASE, bootstrap=100, seed=0)}
     for m in ("gpt-4-0613", "gpt-3.5-turbo-0125", BASE):
         assert by_model[m]["win_rate"] == pytest.approx(expected[m].win_rate)
-        assert (by_model[m]["ci_low"], by_model[m]["ci_high"]) == pytest.approx((expected[m].ci_low, expected[m].ci_high))
+        assert (by_model[m]["ci_low"], by_model[m]["ci_high"]) == pytest.approx(
+            (expected[m].ci_low, expected[m].ci_high))
     # Bradley-Terry on the imported battles needs no run config; a strong verdict is three battles.
     board = json.loads(arena("leaderboard", ws, "--judge", "gpt-4-1106-preview", "--json").stdout)
     assert {r["model"] for r in board} == {BASE, "gpt-4-0613", "gpt-3.5-turbo-0125"}

@@ -8,9 +8,8 @@ import pytest
 from scipy.stats import spearmanr
 
 from arena_learning import pipeline
-from arena_learning.config import RunConfig
+from arena_learning.config import RunConfig, validate_config
 from arena_learning.errors import ConfigError
-from arena_learning.config import validate_config
 from arena_learning.records import Answer
 from arena_learning.store import Store
 
@@ -63,7 +62,8 @@ def test_adaptive_schedule_ranks_like_the_round_robin_with_half_the_battles(tmp_
 
 @pytest.mark.parametrize(
     "battles,error",
-    [({"schedule": "baseline"}, "needs battles.baseline"), ({"schedule": "target", "target": "zz"}, "not one of the models")],
+    [({"schedule": "baseline"}, "needs battles.baseline"),
+     ({"schedule": "target", "target": "zz"}, "not one of the models")],
 )
 def test_schedule_config_errors(battles, error):
     data = {"models": [{"name": "a", "engine": "imported"}, {"name": "b", "engine": "imported"}], "battles": battles}

@@ -16,14 +16,12 @@ from arena_learning.records import Answer, Prompt
 from arena_learning.store import Store
 
 from .conftest import ARENA, REPO, shared
-from .test_judge_runs import ScriptedJudge
+from .test_judge_runs import scripted_judge
 
 
 @pytest.fixture
-def judge_server():
-    s = ScriptedJudge()
-    yield s
-    s.server.close()
+def judge_server(scripted_server):
+    return scripted_server(scripted_judge)
 
 
 def judge(url: str, **extra) -> dict:
@@ -57,7 +55,7 @@ def lines(plan, step):
 
 def test_plan_counts_the_judge_calls_the_battles_make_and_what_the_ledger_holds(tmp_path, judge_server):
     store = imported_workspace(tmp_path / "ws")
-    cfg = imported_config(judge_server.server.url, schedule="baseline", baseline="m1")
+    cfg = imported_config(judge_server.url, schedule="baseline", baseline="m1")
     prompts = pipeline.stage_prompts(cfg, store)
     plan = plan_run(cfg, store)
     (j,) = lines(plan, "judge").values()
@@ -73,7 +71,7 @@ def test_plan_counts_the_judge_calls_the_battles_make_and_what_the_ledger_holds(
     assert j.tokens_out == sum(b["max_tokens"] for b in judge_server.bodies) == 14 * 512  # the judge folder's
     assert j.cost == pytest.approx((j.tokens_in * 1.0 + 14 * 512 * 2.0) / 1e6)
     # The round robin after the baseline run: the pairs with m1 are in the ledger, m2 vs m3 is new.
-    rr = imported_config(judge_server.server.url, schedule="all")
+    rr = imported_config(judge_server.url, schedule="all")
     (j2,) = lines(plan_run(rr, store), "judge").values()
     assert (j2.calls, j2.cached, j2.to_send) == (14 + 6, 14, 6)
     assert j2.tokens_out == 6 * 512
@@ -86,8 +84,8 @@ def test_plan_counts_the_judge_calls_the_battles_make_and_what_the_ledger_holds(
 
 def test_single_grading_and_panels_are_counted_as_they_call(tmp_path, judge_server):
     store = imported_workspace(tmp_path / "ws")
-    single = imported_config(judge_server.server.url, schedule="all").model_copy(
-        update={"judge": JudgeConfig.model_validate(judge(judge_server.server.url, template="single"))})
+    single = imported_config(judge_server.url, schedule="all").model_copy(
+        update={"judge": JudgeConfig.model_validate(judge(judge_server.url, template="single"))})
     prompts = pipeline.stage_prompts(single, store)
     (j,) = lines(plan_run(single, store), "judge").values()
     # each answer graded once per turn: m1, m2 on p1 p2 (1) and p3 (2): 8; m3 on p1, p3: 3
@@ -97,8 +95,8 @@ def test_single_grading_and_panels_are_counted_as_they_call(tmp_path, judge_serv
     panel = RunConfig.model_validate({
         "name": "plan", "prompts": {"set": "open"},
         "models": [{"name": m, "engine": "imported"} for m in ("m1", "m2")],
-        "judge": {"kind": "panel", "name": "panel", "members": [judge(judge_server.server.url, name="a"),
-                                                                 judge(judge_server.server.url, name="b",
+        "judge": {"kind": "panel", "name": "panel", "members": [judge(judge_server.url, name="a"),
+                                                                 judge(judge_server.url, name="b",
                                                                        both_orders=False)]}})
     plan = lines(plan_run(panel, store), "judge")
     assert (plan["a"].calls, plan["b"].calls) == (8, 4)
@@ -111,7 +109,7 @@ def test_single_grading_and_panels_are_counted_as_they_call(tmp_path, judge_serv
 
 def test_adaptive_is_planned_as_its_budget(tmp_path, judge_server):
     store = imported_workspace(tmp_path / "ws")
-    cfg = imported_config(judge_server.server.url, schedule="adaptive", budget=3)
+    cfg = imported_config(judge_server.url, schedule="adaptive", budget=3)
     (j,) = lines(plan_run(cfg, store), "judge").values()
     # 3 battles x 2 orders x the mean turns (4/3) of the prompts every model answered (p1, p3)
     assert j.calls == round(3 * 2 * 1.5) and j.cached is None and "at most 3 battles of 6" in j.note
@@ -120,7 +118,7 @@ def test_adaptive_is_planned_as_its_budget(tmp_path, judge_server):
 def test_arena_plan_cli_json_and_table(tmp_path, judge_server):
     store = imported_workspace(tmp_path / "ws")
     store.close()
-    cfg = imported_config(judge_server.server.url, schedule="all")
+    cfg = imported_config(judge_server.url, schedule="all")
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     out = subprocess.run([*ARENA, "plan", str(path), "-w", str(tmp_path / "ws"), "--json"], capture_output=True,
@@ -153,7 +151,7 @@ def test_plan_equals_the_calls_of_a_multi_turn_run_on_the_bundled_model(tmp_path
                    {"name": "two", **model, "prompt_format": {"few_shot": [["What is 12 + 7?", "19"],
                                                                            ["What is 2 + 2?", "4"]]}},
                    {"name": "chat", **model, "mode": "chat", "chat_format": "gemma"}],
-        "judge": judge(judge_server.server.url), "battles": {"schedule": "target", "target": "zero"}})
+        "judge": judge(judge_server.url), "battles": {"schedule": "target", "target": "zero"}})
     before = plan_run(cfg, None)
     answers = lines(before, "answer")
     assert {m: (x.calls, x.cached) for m, x in answers.items()} == {m: (6, 0) for m in ("zero", "two", "chat")}
@@ -240,4 +238,4 @@ def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
         after = plan_flywheel(cfg, store)
     # A rerun: the stage is done and every call is in the ledger.
     assert all(x.to_send == 0 for x in after.lines)
-    assert [x.note for x in after.lines if x.step == "train"][0].startswith("done in an earlier run")
+    assert next(x.note for x in after.lines if x.step == "train").startswith("done in an earlier run")

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from arena_learning.engines import llama_build, llama_check
-from arena_learning.engines.doctor import diagnose, wide_features
+from arena_learning.engines.doctor import wide_features
 from arena_learning.errors import EngineError
 
 from .conftest import ARENA, write_config
@@ -103,7 +103,8 @@ def test_a_success_is_cached_per_build(tmp_path, monkeypatch):
     monkeypatch.setattr(llama_check, "_passed", False)
     monkeypatch.setattr(llama_check, "_failure", None)
     monkeypatch.setattr("arena_learning.engines.bundled.bundled_model_path",
-                        lambda: __import__("pathlib").Path(os.environ["HOME"]) / ".cache/arena-learning/gemma3-270m-q4_k_m.gguf")
+                        lambda: __import__("pathlib").Path(os.environ["HOME"])
+                        / ".cache/arena-learning/gemma3-270m-q4_k_m.gguf")
     first = llama_check.check_llama()
     assert first["ok"] and first["cached"] is False
     assert list((tmp_path / "llama-check").glob("*.json"))
@@ -130,7 +131,8 @@ ratings: {bootstrap: 10}
 """)
     ws = tmp_path / "ws"
     (ws / "report.html").mkdir(parents=True)  # the report cannot be written there
-    proc = subprocess.run([*ARENA, "run", str(cfg), "-w", str(ws), "--json"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([*ARENA, "run", str(cfg), "-w", str(ws), "--json"], capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr
     board = json.loads(proc.stdout)
     assert {r["model"] for r in board} == {"a", "b"}

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiohttp import web
 
 from arena_learning.arena.answers import answer_prompts, category_params
 from arena_learning.config import CATEGORY_PRESETS, ModelSpec, RunConfig, validate_config
@@ -20,33 +19,13 @@ from arena_learning.errors import ConfigError
 from arena_learning.records import Prompt
 from arena_learning.store import Store
 
-from .conftest import ThreadServer, shared
-
-
-class Recorder:
-    """An endpoint that answers every request and keeps its body."""
-
-    def __init__(self):
-        self.bodies: list[dict] = []
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.reply)
-        app.router.add_post("/v1/completions", self.reply)
-        self.server = ThreadServer(app)
-        self.url = self.server.url
-
-    async def reply(self, req: web.Request) -> web.Response:
-        body = await req.json()
-        self.bodies.append(body)
-        choice = {"message": {"role": "assistant", "content": "an answer"}} if "messages" in body else {"text": "an answer"}
-        return web.json_response({"choices": [{**choice, "finish_reason": "stop"}],
-                                  "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+from .conftest import shared
 
 
 @pytest.fixture
-def recorder():
-    r = Recorder()
-    yield r
-    r.server.close()
+def recorder(scripted_server):
+    """An endpoint that answers every request (chat or completion) and keeps its body."""
+    return scripted_server("an answer", usage=(3, 2))
 
 
 def spec(url, **kw):

@@ -6,7 +6,6 @@ import asyncio
 import time
 
 import pytest
-from aiohttp import web
 
 from arena_learning.config import ModelSpec, RunConfig, validate_config
 from arena_learning.engines import build_engine
@@ -16,41 +15,18 @@ from arena_learning.engines.ratelimit import TokenBucket
 from arena_learning.errors import ConfigError
 from arena_learning.store import Store
 
-from .conftest import ThreadServer
+
+def counting_server(scripted_server, usage_tokens: int = 10):
+    """An endpoint that answers at once with replies of ``usage_tokens`` (the server notes when each arrived)."""
+    return scripted_server(lambda body: "ok " + body["messages"][-1]["content"],
+                           usage=(usage_tokens // 2, usage_tokens - usage_tokens // 2))
 
 
-class CountingServer:
-    """An OpenAI-compatible endpoint that answers at once and notes when each request arrived and its usage."""
-
-    def __init__(self, usage_tokens: int = 10):
-        self.arrivals: list[float] = []
-        self.tokens: list[int] = []
-        self.bodies: list[dict] = []
-        self.usage_tokens = usage_tokens
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.chat)
-        self.server = ThreadServer(app)
-        self.url = self.server.url
-
-    async def chat(self, req: web.Request) -> web.Response:
-        self.arrivals.append(time.monotonic())
-        body = await req.json()
-        self.bodies.append(body)
-        self.tokens.append(self.usage_tokens)
-        return web.json_response({
-            "choices": [{"message": {"role": "assistant", "content": "ok " + body["messages"][-1]["content"]},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": self.usage_tokens // 2, "completion_tokens": self.usage_tokens - self.usage_tokens // 2},
-        })
-
-    def most_in_one_second(self, weights: list[int] | None = None) -> int:
-        """Return the most requests (or weight) that arrived within any one second."""
-        weights = weights or [1] * len(self.arrivals)
-        pairs = sorted(zip(self.arrivals, weights))
-        return max(sum(w for t2, w in pairs if t <= t2 < t + 1.0) for t, _ in pairs)
-
-    def close(self):
-        self.server.close()
+def most_in_one_second(server, weights: list[int] | None = None) -> int:
+    """Return the most requests (or weight) that arrived at ``server`` within any one second."""
+    weights = weights or [1] * len(server.arrivals)
+    pairs = sorted(zip(server.arrivals, weights))
+    return max(sum(w for t2, w in pairs if t <= t2 < t + 1.0) for t, _ in pairs)
 
 
 def spec(url, **kw) -> ModelSpec:
@@ -66,45 +42,35 @@ def ask(store, model_spec, n, prefix="q"):
     return out, stats, time.monotonic() - start
 
 
-def test_requests_per_minute_hold_in_every_second_at_the_server(tmp_path):
-    srv = CountingServer()
-    try:
-        with Store(tmp_path) as store:
-            # 1200 per minute is 20 per second; 60 requests at concurrency 64 would otherwise arrive at once.
-            out, stats, elapsed = ask(store, spec(srv.url, rpm=1200), 60)
-        assert stats.ok == 60 and all(c is not None for c in out)
-        assert len(srv.arrivals) == 60
-        # The bucket holds a tenth of a second's share (2): no second sees more than 20 + 2 (+1 for timing).
-        assert srv.most_in_one_second() <= 23
-        # And the limit is used, not merely undercut: 60 requests at 20/s take about 3 s (slack for a busy machine).
-        assert 2.5 <= elapsed <= 8.0
-    finally:
-        srv.close()
+def test_requests_per_minute_hold_in_every_second_at_the_server(tmp_path, scripted_server):
+    srv = counting_server(scripted_server)
+    with Store(tmp_path) as store:
+        # 1200 per minute is 20 per second; 60 requests at concurrency 64 would otherwise arrive at once.
+        out, stats, elapsed = ask(store, spec(srv.url, rpm=1200), 60)
+    assert stats.ok == 60 and all(c is not None for c in out)
+    assert len(srv.arrivals) == 60
+    # The bucket holds a tenth of a second's share (2): no second sees more than 20 + 2 (+1 for timing).
+    assert most_in_one_second(srv) <= 23
+    # And the limit is used, not merely undercut: 60 requests at 20/s take about 3 s (slack for a busy machine).
+    assert 2.5 <= elapsed <= 8.0
 
 
-def test_without_limits_the_same_requests_arrive_together(tmp_path):
+def test_without_limits_the_same_requests_arrive_together(tmp_path, scripted_server):
     # The control of the test above: the server would see the burst that rpm prevents.
-    srv = CountingServer()
-    try:
-        with Store(tmp_path) as store:
-            ask(store, spec(srv.url), 60)
-        assert srv.most_in_one_second() == 60
-    finally:
-        srv.close()
+    srv = counting_server(scripted_server)
+    with Store(tmp_path) as store:
+        ask(store, spec(srv.url), 60)
+    assert most_in_one_second(srv) == 60
 
 
-def test_each_endpoint_has_its_own_request_limit(tmp_path):
-    a, b = CountingServer(), CountingServer()
-    try:
-        with Store(tmp_path) as store:
-            _, stats, elapsed = ask(store, spec([a.url, b.url], rpm=600), 40)
-        assert stats.ok == 40 and len(a.arrivals) + len(b.arrivals) == 40
-        # Two endpoints at 10/s each: 40 requests take about 2 s, and neither endpoint sees more than 10 + 1 a second.
-        assert a.most_in_one_second() <= 12 and b.most_in_one_second() <= 12
-        assert 1.5 <= elapsed <= 6.0
-    finally:
-        a.close()
-        b.close()
+def test_each_endpoint_has_its_own_request_limit(tmp_path, scripted_server):
+    a, b = counting_server(scripted_server), counting_server(scripted_server)
+    with Store(tmp_path) as store:
+        _, stats, elapsed = ask(store, spec([a.url, b.url], rpm=600), 40)
+    assert stats.ok == 40 and len(a.arrivals) + len(b.arrivals) == 40
+    # Two endpoints at 10/s each: 40 requests take about 2 s, and neither endpoint sees more than 10 + 1 a second.
+    assert most_in_one_second(a) <= 12 and most_in_one_second(b) <= 12
+    assert 1.5 <= elapsed <= 6.0
 
 
 @pytest.mark.parametrize("used,tpm,n,fastest,slowest,most", [
@@ -115,16 +81,14 @@ def test_each_endpoint_has_its_own_request_limit(tmp_path):
     # every 2.6 s (16 s in all), settling by usage one every 0.6 s.
     (10, 1000, 6, 0.0, 8.0, 17 + 17 + 10),
 ], ids=["usage-above-estimate", "usage-below-estimate"])
-def test_tokens_per_minute_hold_with_the_usage_the_server_reports(tmp_path, used, tpm, n, fastest, slowest, most):
-    srv = CountingServer(usage_tokens=used)
-    try:
-        with Store(tmp_path) as store:
-            _, stats, elapsed = ask(store, spec(srv.url, tpm=tpm), n)
-        assert stats.ok == n and stats.tokens_in + stats.tokens_out == n * used
-        assert srv.most_in_one_second(srv.tokens) <= most
-        assert fastest <= elapsed <= slowest
-    finally:
-        srv.close()
+def test_tokens_per_minute_hold_with_the_usage_the_server_reports(tmp_path, scripted_server, used, tpm, n, fastest,
+                                                                  slowest, most):
+    srv = counting_server(scripted_server, usage_tokens=used)
+    with Store(tmp_path) as store:
+        _, stats, elapsed = ask(store, spec(srv.url, tpm=tpm), n)
+    assert stats.ok == n and stats.tokens_in + stats.tokens_out == n * used
+    assert most_in_one_second(srv, [used] * srv.requests) <= most
+    assert fastest <= elapsed <= slowest
 
 
 def test_a_request_larger_than_the_bucket_goes_and_leaves_a_debt():

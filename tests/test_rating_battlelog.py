@@ -76,7 +76,7 @@ def test_every_layout_reads_like_pandas(tmp_path, layout):
     assert report.rows == 700 and report.rated == table.n_battles
     assert table.n_prompts == int(table.prompt.max()) + 1  # dense prompt codes
     winners = pd.Series([r["winner"] for r in rows])
-    assert report.skipped[f"unknown winner 'model_c'"] == int((winners == "model_c").sum())
+    assert report.skipped["unknown winner 'model_c'"] == int((winners == "model_c").sum())
     assert report.skipped["unknown winner '<missing>'"] == int(winners.isna().sum())
 
 

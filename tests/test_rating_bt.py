@@ -192,7 +192,8 @@ def test_leaderboard_counts_sorts_and_ranks_hand_made_battles():
 def test_rank_ci_counts_models_confidently_above():
     battles = []
     # a >> b >> c with many games, d == c: CI of d overlaps c
-    plan = [("a", "b", 90, 10), ("b", "c", 90, 10), ("a", "c", 99, 1), ("c", "d", 50, 50), ("b", "d", 90, 10), ("a", "d", 99, 1)]
+    plan = [("a", "b", 90, 10), ("b", "c", 90, 10), ("a", "c", 99, 1), ("c", "d", 50, 50), ("b", "d", 90, 10),
+            ("a", "d", 99, 1)]
     for x, y, wx, wy in plan:
         battles += [_battle(f"{x}{y}{i}", x, y, "model_a") for i in range(wx)]
         battles += [_battle(f"{y}{x}{i}", x, y, "model_b") for i in range(wy)]
@@ -412,7 +413,7 @@ def test_bootstrap_rounds_that_lose_a_models_only_loss_or_only_battle_are_report
 def _rare_model_battles():
     """Thirty prompts of a vs b, and one prompt (two battles) of a model called rare."""
     battles = [_battle(f"q{i}", "a", "b", "model_a" if i % 3 else "model_b") for i in range(30)]
-    return battles + [_battle("r", "rare", "a", "model_a"), _battle("r", "a", "rare", "model_a")]
+    return [*battles, _battle("r", "rare", "a", "model_a"), _battle("r", "a", "rare", "model_a")]
 
 
 def test_a_model_absent_from_every_bootstrap_round_has_no_interval_and_is_named():

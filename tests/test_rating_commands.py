@@ -11,13 +11,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from arena_learning.cli.rating import register
 from arena_learning.errors import ArenaError
 from arena_learning.rating.battlelog import read_battle_log
 from arena_learning.rating.boards import read_board
 from arena_learning.rating.bt import leaderboard
-from arena_learning.cli.rating import register
-from arena_learning.rating.export import ratings_to_json, write_leaderboard_csv
-from arena_learning.rating.export import LEADERBOARD_FIELDS
+from arena_learning.rating.export import LEADERBOARD_FIELDS, ratings_to_json, write_leaderboard_csv
 from arena_learning.records import Battle
 
 FIELDS = ["model", "rating", "ci_low", "ci_high", "rank", "rank_ci", "wins", "losses", "ties", "battles"]
@@ -68,7 +67,8 @@ def log_path(request, tmp_path):
 def test_battle_log_reader_counts_every_row_it_cannot_rate(log_path):
     table, report = read_battle_log(log_path)
     assert report.rows == 604 and report.rated == 600 and table.n_battles == 600
-    assert report.skipped == {"unknown winner 'model_c'": 2, "unknown winner '<missing>'": 1, "model_a or model_b missing": 1}
+    assert report.skipped == {"unknown winner 'model_c'": 2, "unknown winner '<missing>'": 1,
+                              "model_a or model_b missing": 1}
     assert report.prompt_column == "question_id" and table.n_prompts == 300
     assert (table.outcome == 2).sum() >= 12  # "tie (bothbad)" rows are ties
     assert any("skipped 2 row(s): unknown winner 'model_c'" in line for line in report.lines())
@@ -91,12 +91,14 @@ def test_ratings_command_anchor_matches_the_library(tmp_path):
     rows = battle_rows(seed=3)
     path = tmp_path / "b.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    result = CliRunner().invoke(cli(), ["ratings", str(path), "-b", "30", "--anchor", "medium", "--anchor-rating", "1114", "--json", "--seed", "4"])
+    result = CliRunner().invoke(cli(), ["ratings", str(path), "-b", "30", "--anchor", "medium",
+                                        "--anchor-rating", "1114", "--json", "--seed", "4"])
     got = {r["model"]: r for r in json.loads(result.stdout)}
     assert got["medium"]["rating"] == pytest.approx(1114.0)
     ok = [r for r in rows if r["winner"] in ("model_a", "model_b", "tie", "tie (bothbad)") and r["model_b"]]
     battles = [
-        Battle(prompt_id=r["question_id"], model_a=r["model_a"], model_b=r["model_b"], outcome="tie" if r["winner"].startswith("tie") else r["winner"])
+        Battle(prompt_id=r["question_id"], model_a=r["model_a"], model_b=r["model_b"],
+               outcome="tie" if r["winner"].startswith("tie") else r["winner"])
         for r in ok
     ]
     expected = {r.model: r for r in leaderboard(battles, anchor="medium", anchor_rating=1114, bootstrap=30, seed=4)}
@@ -139,7 +141,8 @@ def test_ratings_command_user_errors_exit_2(tmp_path):
 
 
 def test_exports_keep_the_field_order_and_nulls(tmp_path):
-    battles = [Battle(prompt_id=f"p{i}", model_a="a", model_b="b", outcome="model_a" if i % 3 else "model_b") for i in range(9)]
+    battles = [Battle(prompt_id=f"p{i}", model_a="a", model_b="b", outcome="model_a" if i % 3 else "model_b")
+               for i in range(9)]
     board = leaderboard(battles, bootstrap=0)
     rows = ratings_to_json(board)
     assert tuple(rows[0]) == LEADERBOARD_FIELDS == tuple(FIELDS)
@@ -180,7 +183,8 @@ def test_parquet_log_with_categorical_columns_and_a_missing_value_is_read(tmp_pa
     assert isinstance(pd.read_parquet(path)["winner"].dtype, pd.CategoricalDtype)
     table, report = read_battle_log(path)
     assert report.rows == 604 and report.rated == 600 and table.n_battles == 600
-    assert report.skipped == {"unknown winner 'model_c'": 2, "unknown winner '<missing>'": 1, "model_a or model_b missing": 1}
+    assert report.skipped == {"unknown winner 'model_c'": 2, "unknown winner '<missing>'": 1,
+                              "model_a or model_b missing": 1}
 
 
 def test_a_malformed_jsonl_battle_log_names_the_bad_line(tmp_path):

@@ -11,15 +11,13 @@ import typer
 from scipy.stats import norm
 from typer.testing import CliRunner
 
+from arena_learning.cli.rating import register
 from arena_learning.errors import ArenaError
 from arena_learning.rating.boards import Z95, read_board
-from arena_learning.cli.rating import register
 from arena_learning.rating.consistency import compare_boards, loose_name, separability
 from arena_learning.records import Rating
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-ARENA_HARD = DATA / "arena-hard-v0.1" / "leaderboard_20240731.csv"
-ALPACA = DATA / "alpaca_eval" / "alpaca_eval_2_weighted_gpt4_turbo_leaderboard.csv"
+from .conftest import shared
 
 
 def board(rows):
@@ -108,7 +106,8 @@ def test_csv_with_mapped_columns_and_json_boards(tmp_path):
     p = tmp_path / "mine.csv"
     p.write_text("name,elo,lo,hi\nx,1100,1090,1110\ny,1000,990,1010\n")
     b = read_board(p, model_col="name", score_col="elo", lower_col="lo", upper_col="hi")
-    assert [(r.model, r.rating, r.ci_low, r.ci_high) for r in b.entries] == [("x", 1100, 1090, 1110), ("y", 1000, 990, 1010)]
+    assert [(r.model, r.rating, r.ci_low, r.ci_high) for r in b.entries] == [("x", 1100, 1090, 1110),
+                                                                             ("y", 1000, 990, 1010)]
     with pytest.raises(ArenaError, match=r"no column 'model' \(columns: name, elo, lo, hi\)"):
         read_board(p)
     j = tmp_path / "board.json"
@@ -134,18 +133,19 @@ def test_directory_is_read_through_the_workspace_hook(tmp_path, monkeypatch):
     assert b.layout == "workspace" and seen == [tmp_path] and len(b.entries) == 3
 
 
-def needs_data():
-    if not (ARENA_HARD.is_file() and ALPACA.is_file()):
-        pytest.skip(f"the shared leaderboards are not in {DATA} (expected ../shared/data next to the repository)")
+def shared_boards():
+    """The published Arena-Hard and AlpacaEval 2 leaderboards in ../shared/data (the test is skipped without them)."""
+    return (shared("arena-hard-v0.1", "leaderboard_20240731.csv"),
+            shared("alpaca_eval", "alpaca_eval_2_weighted_gpt4_turbo_leaderboard.csv"))
 
 
 def test_reads_the_arena_hard_and_alpaca_eval_boards():
-    needs_data()
-    ah = read_board(ARENA_HARD)
+    arena_hard, alpaca = shared_boards()
+    ah = read_board(arena_hard)
     assert ah.layout == "arena-hard"
     first = ah.entries[0]
     assert (first.model, first.rating, first.ci_low, first.ci_high) == ("gpt-4-turbo-2024-04-09", 82.63, 80.75, 84.6)
-    ae = read_board(ALPACA)
+    ae = read_board(alpaca)
     assert ae.layout == "alpaca-eval"
     null = ae.entries[0]
     assert null.model == "NullModel"
@@ -160,15 +160,16 @@ def cli():
 
 
 def test_compare_command_prints_spearman_over_the_overlapping_models():
-    needs_data()
-    result = CliRunner().invoke(cli(), ["compare", str(ARENA_HARD), str(ALPACA)])
+    arena_hard, alpaca = shared_boards()
+    result = CliRunner().invoke(cli(), ["compare", str(arena_hard), str(alpaca)])
     assert result.exit_code == 0, result.output
     assert "Spearman" in result.stdout and "23 models on both" in result.stdout
-    data = json.loads(CliRunner().invoke(cli(), ["compare", str(ARENA_HARD), str(ALPACA), "--json"]).stdout)
+    data = json.loads(CliRunner().invoke(cli(), ["compare", str(arena_hard), str(alpaca), "--json"]).stdout)
     assert data["n_models"] == 23 and data["layout_a"] == "arena-hard" and data["layout_b"] == "alpaca-eval"
     assert 0.8 < data["spearman"] <= 1.0
     assert data["separability"] is not None and data["average"] is not None
-    exact = json.loads(CliRunner().invoke(cli(), ["compare", str(ARENA_HARD), str(ALPACA), "--json", "--match", "exact"]).stdout)
+    exact = json.loads(CliRunner().invoke(cli(), ["compare", str(arena_hard), str(alpaca), "--json", "--match",
+                                                  "exact"]).stdout)
     assert exact["n_models"] == 16
 
 

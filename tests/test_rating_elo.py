@@ -63,7 +63,8 @@ def test_predicted_win_matrix_and_win_rate_against_an_anchor():
 
 
 def test_observed_win_matrix_counts_ties_as_half_and_marks_pairs_that_never_met():
-    battles = [_b("x", "y", "model_a"), _b("y", "x", "tie"), _b("y", "x", "model_a"), _b("x", "y", "model_a"), _b("z", "y", "model_b")]
+    battles = [_b("x", "y", "model_a"), _b("y", "x", "tie"), _b("y", "x", "model_a"), _b("x", "y", "model_a"),
+               _b("z", "y", "model_b")]
     table = BattleTable.from_battles(battles)
     models, share, games = observed_win_matrix(table)
     i = {m: k for k, m in enumerate(models)}

@@ -38,7 +38,8 @@ def test_a_file_of_unknown_type_is_an_error(tmp_path):
 def test_imported_answers_skip_bad_lines_with_file_and_line(tmp_path):
     path = tmp_path / "answers.jsonl"
     good = {"prompt_id": "p1", "model": "m", "turns": ["hello"]}
-    path.write_bytes(json.dumps(good).encode() + b"\n{oops\n" + b'{"prompt_id": "p2", "model": "m", "turns": ["\xff"]}\n'
+    path.write_bytes(json.dumps(good).encode() + b"\n{oops\n"
+                     + b'{"prompt_id": "p2", "model": "m", "turns": ["\xff"]}\n'
                      + json.dumps({"prompt_id": "p3", "model": "m"}).encode() + b"\n")
     report = read_answers([path])
     assert [(a.prompt_id, a.turns) for a in report.answers] == [("p1", ["hello"])]

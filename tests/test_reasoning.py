@@ -10,7 +10,6 @@ import asyncio
 import json
 
 import pytest
-from aiohttp import web
 
 from arena_learning.arena.answers import answer_prompts
 from arena_learning.arena.judges import PairTask
@@ -25,62 +24,31 @@ from arena_learning.flywheel.harvest import harvest_sft
 from arena_learning.records import Battle, Prompt
 from arena_learning.store import Store, call_key
 
-from .conftest import ThreadServer
+from .conftest import Reply, ThreadServer
 
 SECRET = "SECRET-THOUGHT"
 
 
-class Endpoint:
-    """A chat endpoint that keeps every request body and answers with ``reply(body)``."""
-
-    def __init__(self, reply):
-        self.bodies: list[dict] = []
-        self.reply = reply
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.chat)
-        self.server = ThreadServer(app)
-        self.url = self.server.url
-
-    async def chat(self, req: web.Request) -> web.Response:
-        body = await req.json()
-        self.bodies.append(body)
-        return web.json_response(self.reply(body))
-
-
-def reasoning_reply(body: dict) -> dict:
+def reasoning_reply(body: dict) -> str | Reply:
     """Reply by the last user message: 'field' (reasoning_content), 'inline', 'opened', 'cutoff', else plain."""
     q = body["messages"][-1]["content"]
-    message = {"role": "assistant"}
-    usage = {"prompt_tokens": 5, "completion_tokens": 40}
-    finish = "stop"
     if q.startswith("field"):
-        message.update(content="The answer is 4.", reasoning_content=f"{SECRET}-1: two and two make four")
-        usage["completion_tokens_details"] = {"reasoning_tokens": 30}
-    elif q.startswith("inline"):
-        message["content"] = f"<think>\n{SECRET}-2: the capital is Paris\n</think>\n\nParis."
-    elif q.startswith("opened"):
-        message["content"] = f"{SECRET}-3: the sky scatters blue light</think>\n\nBlue."
-    elif q.startswith("cutoff"):
-        message["content"] = f"<think>{SECRET}-4: still thinking and thinking"
-        finish = "length"
-    else:
-        message["content"] = f"plain answer to {q}"
-    return {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
-
-
-def judge_reply(body: dict) -> dict:
-    """A judge that prefers the second answer."""
-    verdict = json.dumps({"explanation": "B is better", "score_a": 3, "score_b": 8})
-    return {"choices": [{"message": {"role": "assistant", "content": verdict}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 50, "completion_tokens": 20}}
+        return Reply("The answer is 4.", message={"reasoning_content": f"{SECRET}-1: two and two make four"},
+                     usage_extra={"completion_tokens_details": {"reasoning_tokens": 30}})
+    if q.startswith("inline"):
+        return f"<think>\n{SECRET}-2: the capital is Paris\n</think>\n\nParis."
+    if q.startswith("opened"):
+        return f"{SECRET}-3: the sky scatters blue light</think>\n\nBlue."
+    if q.startswith("cutoff"):
+        return Reply(f"<think>{SECRET}-4: still thinking and thinking", finish="length")
+    return f"plain answer to {q}"
 
 
 @pytest.fixture
-def servers():
-    r, j = Endpoint(reasoning_reply), Endpoint(judge_reply)
-    yield r, j
-    r.server.close()
-    j.server.close()
+def servers(scripted_server):
+    """A reasoning model's endpoint, and a judge's that prefers the second answer; both keep what they are sent."""
+    judge = Reply(json.dumps({"explanation": "B is better", "score_a": 3, "score_b": 8}), usage=(50, 20))
+    return scripted_server(reasoning_reply, usage=(5, 40)), scripted_server(judge)
 
 
 def spec(url, name="reasoner", **kw):

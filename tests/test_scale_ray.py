@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import signal
 import sqlite3
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -131,7 +131,8 @@ def test_a_killed_engine_actor_neither_loses_nor_repeats_work(tmp_path, cluster)
 def test_ray_backend_errors_are_clear(tmp_path, cluster, monkeypatch):
     cfg = load_config_file(QUICKSTART, RunConfig, ["tasks.n=3", "scale.backend=ray",
                                                    "models.gemma-270m-0shot.model=/nonexistent/model.gguf"])
-    with Store(tmp_path / "ws") as store, scaled(cfg.scale), pytest.raises(EngineError, match="/nonexistent/model.gguf"):
+    with (Store(tmp_path / "ws") as store, scaled(cfg.scale),
+          pytest.raises(EngineError, match="/nonexistent/model.gguf")):
         pipeline.stage_answer(cfg, store, show_progress=False)
     # More than the cluster has: an error that says what and what to do, not an actor pending forever.
     cfg = load_config_file(QUICKSTART, RunConfig, ["tasks.n=3", "scale.backend=ray", "scale.defaults.replicas=5"])
@@ -189,8 +190,7 @@ def test_flywheel_round_through_ray(tmp_path):
 
 
 def test_rate_limits_are_shared_out_among_replicas_and_scale_names_are_checked():
-    from arena_learning.config import ModelSpec
-    from arena_learning.config import validate_config
+    from arena_learning.config import ModelSpec, validate_config
     from arena_learning.errors import ConfigError
     from arena_learning.flywheel.settings import FlywheelConfig
     from arena_learning.scale.ray_backend import actor_spec
@@ -223,7 +223,8 @@ def test_an_api_key_never_reaches_the_workspace_or_rays_logs(tmp_path):
 name: secret
 tasks: {{n: 6}}
 models:
-  - {{name: a, engine: openai, model: m, base_url: "{srv.url}", api_key_env: ARENA_RAY_SECRET, params: {{max_tokens: 8}}}}
+  - {{name: a, engine: openai, model: m, base_url: "{srv.url}", api_key_env: ARENA_RAY_SECRET,
+      params: {{max_tokens: 8}}}}
   - {{name: b, engine: openai, model: m, revision: r2, base_url: "{srv.url}", api_key_env: ARENA_RAY_SECRET,
       params: {{max_tokens: 9}}}}
 ratings: {{bootstrap: 5}}

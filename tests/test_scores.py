@@ -8,7 +8,6 @@ import random
 import re
 
 import pytest
-from aiohttp import web
 from typer.testing import CliRunner
 
 from arena_learning import pipeline
@@ -20,44 +19,27 @@ from arena_learning.records import Answer, Judgment, Prompt
 from arena_learning.report.html import write_report
 from arena_learning.store import Store
 
-from .conftest import SHARED_DATA, ThreadServer, fenced
-
-QUESTIONS = SHARED_DATA / "mt_bench" / "question.jsonl"
+from .conftest import fenced, shared
 
 
-class GradingJudge:
+def grading_judge(body):
     """Grades the answer shown as "grade N" with N; an answer saying UNGRADABLE gets a reply that never parses."""
+    user = body["messages"][-1]["content"]
 
-    def __init__(self):
-        self.calls = 0
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.handle)
-        self.server = ThreadServer(app)
+    def grade(name):
+        found = re.search(r"grade (\d+)", fenced(user, name))
+        return None if found is None else int(found.group(1))
 
-    async def handle(self, request):
-        self.calls += 1
-        user = (await request.json())["messages"][-1]["content"]
-
-        def grade(name):
-            found = re.search(r"grade (\d+)", fenced(user, name))
-            return None if found is None else int(found.group(1))
-
-        if "<<<ANSWER A " in user:  # a pairwise judge: the answer shown first gets a point more
-            a, b = grade("ANSWER A"), grade("ANSWER B")
-            text = json.dumps({"explanation": "compared", "score_a": min(10, (a or 1) + 1), "score_b": b or 1})
-        else:
-            g = grade("ANSWER")
-            text = "I cannot say." if g is None else json.dumps({"explanation": "graded", "score": g})
-        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text},
-                                               "finish_reason": "stop"}],
-                                  "usage": {"prompt_tokens": 10, "completion_tokens": 10}})
+    if "<<<ANSWER A " in user:  # a pairwise judge: the answer shown first gets a point more
+        a, b = grade("ANSWER A"), grade("ANSWER B")
+        return json.dumps({"explanation": "compared", "score_a": min(10, (a or 1) + 1), "score_b": b or 1})
+    g = grade("ANSWER")
+    return "I cannot say." if g is None else json.dumps({"explanation": "graded", "score": g})
 
 
 @pytest.fixture
-def judge():
-    j = GradingJudge()
-    yield j
-    j.server.close()
+def judge(scripted_server):
+    return scripted_server(grading_judge, usage=(10, 10))
 
 
 def grades(model: str, prompt: Prompt) -> list[str]:
@@ -69,10 +51,8 @@ def grades(model: str, prompt: Prompt) -> list[str]:
 
 
 def mt_bench_workspace(tmp_path, url, template="single"):
-    if not QUESTIONS.exists():
-        pytest.skip(f"{QUESTIONS} is absent: the shared data folder (../shared/data) is not beside this checkout")
     cfg = RunConfig.model_validate({
-        "name": "mt", "prompts": {"path": str(QUESTIONS), "limit": 20},
+        "name": "mt", "prompts": {"path": str(shared("mt_bench", "question.jsonl")), "limit": 20},
         "models": [{"name": m, "engine": "imported"} for m in ("strong", "mid", "weak")],
         "judge": {"kind": "llm", "name": "grader", "template": template, "retries": 0,
                   "model": {"name": "judge", "engine": "openai", "model": "judge", "base_url": url}},
@@ -89,9 +69,9 @@ def mt_bench_workspace(tmp_path, url, template="single"):
 
 
 def test_scores_per_model_turn_and_category_from_a_single_answer_judge(tmp_path, judge):
-    ws, prompts = mt_bench_workspace(tmp_path, judge.server.url)
+    ws, prompts = mt_bench_workspace(tmp_path, judge.url)
     assert {p.category for p in prompts} == {"writing", "roleplay"} and len(prompts) == 20
-    assert judge.calls == 20 * 2 * 3  # each answer's turns graded once, whatever the pairs
+    assert judge.requests == 20 * 2 * 3  # each answer's turns graded once, whatever the pairs
     result = CliRunner().invoke(app, ["scores", str(ws), "--json", "-b", "200"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
@@ -117,7 +97,7 @@ def test_scores_per_model_turn_and_category_from_a_single_answer_judge(tmp_path,
 
 
 def test_scores_refuse_a_pairwise_judge_and_name_the_fix(tmp_path, judge):
-    ws, _ = mt_bench_workspace(tmp_path, judge.server.url, template="pairwise")
+    ws, _ = mt_bench_workspace(tmp_path, judge.url, template="pairwise")
     result = CliRunner().invoke(app, ["scores", str(ws)])
     assert result.exit_code == 2
     assert "grades pairs" in result.output and "template: single" in result.output
@@ -170,11 +150,10 @@ def test_failed_judgment_leaves_an_answer_ungraded_only_if_no_other_pair_graded_
 def test_fastchat_single_judgments_imported_give_the_show_result_table(tmp_path):
     """MT-Bench's published single grades (FastChat gpt-4_single.jsonl), imported without any run config,
     give FastChat show_result's numbers: the mean of every valid grade, per turn and per category."""
-    if not QUESTIONS.exists():
-        pytest.skip(f"{QUESTIONS} is absent: the shared data folder (../shared/data) is not beside this checkout")
+    questions = shared("mt_bench", "question.jsonl")
     ws = tmp_path / "ws"
     runner = CliRunner()
-    assert runner.invoke(app, ["ingest", str(QUESTIONS), "--out", str(ws)]).exit_code == 0
+    assert runner.invoke(app, ["ingest", str(questions), "--out", str(ws)]).exit_code == 0
     rng = random.Random(9)
     records, kept = [], []
     for qid in (81, 82, 111, 112):  # two writing, two math questions

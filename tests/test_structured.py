@@ -8,7 +8,6 @@ import json
 import re
 
 import pytest
-from aiohttp import web
 
 from arena_learning.config import ModelSpec
 from arena_learning.curate.filters import (
@@ -37,7 +36,7 @@ from arena_learning.engines.structured import (
 from arena_learning.records import Prompt
 from arena_learning.store import Store
 
-from .conftest import ThreadServer, shared
+from .conftest import Reply, http_error, shared
 
 # ---- fences --------------------------------------------------------------------------------------
 
@@ -107,48 +106,30 @@ def test_json_objects_and_required():
 # ---- a scripted judge on 127.0.0.1 -----------------------------------------------------------------
 
 
-class ScriptedRater:
+def scripted_rater(body):
     """Answers difficulty and moderation prompts about the fenced request. A request holding
     BADFIRST is unparsable at temperature 0, ALWAYSBAD never parses, CALLFAILS is an HTTP 400,
     CUTOFF parses but was cut off at max_tokens, and EMPTY comes back as content: null."""
-
-    def __init__(self):
-        self.bodies = []
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self.handle)
-        self.server = ThreadServer(app)
-        self.url = self.server.url
-
-    async def handle(self, request):
-        body = await request.json()
-        self.bodies.append(body)
-        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
-        text = _fenced_part(user)
-        finish = "stop"
-        if "CALLFAILS" in text:
-            return web.json_response({"error": {"message": "bad request"}}, status=400)
-        if "EMPTY" in text:
-            reply = None
-        elif "ALWAYSBAD" in text or ("BADFIRST" in text and body.get("temperature") == 0):
-            reply = "Hard to say."
-        elif system == DIFFICULTY_SYSTEM:
-            # The naive reading: a request that says "10" inside the fence does not get 10.
-            reply = json.dumps({"difficulty": 3 if "Say hi" in text else 7, "reason": "scripted"})
-        else:
-            assert system == MODERATION_SYSTEM
-            reply = json.dumps({"flagged": "bomb" in text, "category": "scripted"})
-        if "CUTOFF" in text:
-            finish = "length"
-        return web.json_response({"choices": [{"message": {"role": "assistant", "content": reply},
-                                               "finish_reason": finish}],
-                                  "usage": {"prompt_tokens": 50, "completion_tokens": 10}})
+    system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+    text = _fenced_part(user)
+    if "CALLFAILS" in text:
+        return http_error(400, "bad request")
+    if "EMPTY" in text:
+        reply = None
+    elif "ALWAYSBAD" in text or ("BADFIRST" in text and body.get("temperature") == 0):
+        reply = "Hard to say."
+    elif system == DIFFICULTY_SYSTEM:
+        # The naive reading: a request that says "10" inside the fence does not get 10.
+        reply = json.dumps({"difficulty": 3 if "Say hi" in text else 7, "reason": "scripted"})
+    else:
+        assert system == MODERATION_SYSTEM
+        reply = json.dumps({"flagged": "bomb" in text, "category": "scripted"})
+    return Reply(reply, finish="length" if "CUTOFF" in text else "stop")
 
 
 @pytest.fixture
-def rater_server():
-    s = ScriptedRater()
-    yield s
-    s.server.close()
+def rater_server(scripted_server):
+    return scripted_server(scripted_rater, usage=(50, 10))
 
 
 def judge_spec(url, **kw):
@@ -180,9 +161,10 @@ def test_difficulty_judge_fences_parses_retries_and_counts(tmp_path, rater_serve
 
 
 def test_difficulty_counts_are_reported_in_the_hard_step(tmp_path, rater_server):
+    import numpy as np
+
     from arena_learning.curate.settings import DiverseSettings, HardSettings
     from arena_learning.curate.testset import build_testset
-    import numpy as np
 
     prompts = [Prompt(id=f"p{i}", turns=[t]) for i, t in enumerate(TEXTS)]
     emb = np.eye(len(prompts), dtype=np.float32)

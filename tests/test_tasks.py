@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from arena_learning.tasks import CATEGORIES, check, check_list, check_numeric, check_text, check_exact, generate_tasks
 from arena_learning.records import Prompt
+from arena_learning.tasks import CATEGORIES, check, check_exact, check_list, check_numeric, check_text, generate_tasks
 
 
 def test_suite_covers_at_least_eight_categories_evenly():
@@ -68,8 +68,8 @@ def test_exact_checker(answer, score):
 
 
 @pytest.mark.parametrize(
-    "answer,score", [("3, 4, 41", 10), ("3 4 41", 10), ("3, 41, 4", pytest.approx(8 / 3, abs=0.01)), ("41, 4, 3", pytest.approx(8 / 3, abs=0.01)),
-                     ("3, 4", 0), ("1, 2, 3", 0)],
+    "answer,score", [("3, 4, 41", 10), ("3 4 41", 10), ("3, 41, 4", pytest.approx(8 / 3, abs=0.01)),
+                     ("41, 4, 3", pytest.approx(8 / 3, abs=0.01)), ("3, 4", 0), ("1, 2, 3", 0)],
 )
 def test_list_checker_credits_positions_only_for_the_same_items(answer, score):
     assert check_list(answer, "3,4,41", {}) == score

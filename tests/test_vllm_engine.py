@@ -96,8 +96,8 @@ def test_without_a_gpu_the_engine_says_so():
                     reason="vLLM end to end needs vLLM and a CUDA GPU (on a GPU machine: pip install vllm; "
                            "pytest tests/test_vllm_engine.py)")
 def test_vllm_end_to_end_on_the_bundled_model(tmp_path):  # pragma: no cover - GPU machines only
-    from arena_learning.engines.transformers_engine import bundled_hf_folder
     from arena_learning.engines.calls import run_requests
+    from arena_learning.engines.transformers_engine import bundled_hf_folder
     from arena_learning.store import Store
 
     folder = bundled_hf_folder()

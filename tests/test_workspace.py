@@ -6,7 +6,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 
