@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich import box
@@ -18,8 +18,13 @@ from rich.table import Table
 
 from ..config import load_config_file
 from ..errors import ArenaError
+from ..flywheel_state import RatedModel, RoundRow, StageRecord
 from ..store import DEFAULT_SET, Store
 from .errors import user_errors
+from .options import ray_overrides
+
+if TYPE_CHECKING:
+    from ..flywheel.rounds import FlywheelReport
 
 console = Console()
 err_console = Console(stderr=True)
@@ -52,26 +57,26 @@ def _fmt(x: Optional[float], digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def _ci(row: dict) -> str:
-    if row.get("ci_low") is None or row.get("ci_high") is None:
+def _ci(row: RatedModel | RoundRow | StageRecord) -> str:
+    if row.ci_low is None or row.ci_high is None:
         return "-"
-    return f"{row['ci_low']:.0f}..{row['ci_high']:.0f}"
+    return f"{row.ci_low:.0f}..{row.ci_high:.0f}"
 
 
-def print_report(report) -> None:  # noqa: ANN001 - flywheel.rounds.FlywheelReport
+def print_report(report: FlywheelReport) -> None:
     """Print the round table, the stages, the references and the data harvested per reference model."""
     t = Table(title="flywheel rounds", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("round", "model", "rating", "95% CI", "sft", "dpo", "rm", "train loss"):
         t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
     if report.base is not None:
         b = report.base
-        t.add_row("start", b["model"], _fmt(b["rating"]), _ci(b), "", "", "", "")
+        t.add_row("start", b.model, _fmt(b.rating), _ci(b), "", "", "", "")
     for r in report.rounds:
-        t.add_row(str(r["round"]), r["model"], _fmt(r["rating"]), _ci(r), str(r["sft_examples"]), str(r["dpo_pairs"]),
-                  str(r["rm_pairs"]), _fmt(r["train_loss"], 3))
+        t.add_row(str(r.round), r.model, _fmt(r.rating), _ci(r), str(r.sft_examples), str(r.dpo_pairs),
+                  str(r.rm_pairs), _fmt(r.train_loss, 3))
     wide.print(t)
     rows = [*report.stages, *report.ablations]
-    show_sel = any(s["selection"] != "pair_judge" for s in rows)
+    show_sel = any(s.selection != "pair_judge" for s in rows)
     t = Table(title="stages (data: harvested / trained on; times: answering and judging the slice, training)",
               title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     # The model of stage rR.I-KIND is TARGET-rR-KIND (the round table's names); ablations add -SELECTION.
@@ -79,20 +84,20 @@ def print_report(report) -> None:  # noqa: ANN001 - flywheel.rounds.FlywheelRepo
                 "s/step", "loss", "judge s", "train s"):
         t.add_column(col, justify="left" if col in ("stage", "selection", "slice") else "right", no_wrap=True)
     for s in rows:
-        sec = s.get("seconds") or {}
-        data = str(s["examples"]) + (f"/{s['trained_on']}" if s.get("trained_on", s["examples"]) != s["examples"] else "")
-        t.add_row(s["key"], s["slice"], *([s["selection"]] if show_sel else []),
-                  _fmt(s["rating"]) if s["status"] == "done" else f"({s['status']})", _ci(s), data,
-                  str(s["steps"] or "-"), _fmt(s["s_per_step"], 2), _fmt(s["train_loss"], 3),
-                  _fmt(sec.get("answer_battle")), _fmt(sec.get("train")))
+        data = str(s.examples) + (f"/{s.trained_on}" if s.trained_on not in (None, s.examples) else "")
+        steps = s.train.steps if s.train is not None else None
+        t.add_row(s.key, s.slice, *([s.selection] if show_sel else []),
+                  _fmt(s.rating) if s.status == "done" else f"({s.status})", _ci(s), data,
+                  str(steps or "-"), _fmt(s.train.s_per_step if s.train is not None else None, 2),
+                  _fmt(s.train_loss, 3), _fmt(s.seconds.answer_battle), _fmt(s.seconds.train))
     wide.print(t)
     t = Table(title="references", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("model", "rating", "95% CI"):
         t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
-    for r in report.references:
-        t.add_row(r["model"], _fmt(r["rating"]), _ci(r))
+    for ref in report.references:
+        t.add_row(ref.model, _fmt(ref.rating), _ci(ref))
     wide.print(t)
-    models = sorted({m for s in report.stages for m in (s.get("by_model") or {})})
+    models = sorted({m for s in report.stages for m in s.by_model})
     if models:
         t = Table(title="data harvested per model (SFT: the winner that supplied the answer; pairs: the chosen "
                   "answer's model)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
@@ -100,7 +105,7 @@ def print_report(report) -> None:  # noqa: ANN001 - flywheel.rounds.FlywheelRepo
         for m in models:
             t.add_column(m, justify="right", no_wrap=True)
         for s in report.stages:
-            t.add_row(s["key"], *[str((s.get("by_model") or {}).get(m, 0)) for m in models])
+            t.add_row(s.key, *[str(s.by_model.get(m, 0)) for m in models])
         wide.print(t)
 
 
@@ -123,8 +128,8 @@ def flywheel_command(
 ) -> None:
     from ..flywheel.rounds import launch_plan, run_flywheel, save_flywheel_config
     from ..flywheel.settings import BASELINES, FlywheelConfig
+    from ..pipeline import workspace_for
     from ..scale import scaled
-    from .main import ray_overrides
 
     cfg = load_config_file(config, FlywheelConfig, [*(set_ or []), *ray_overrides(ray)])
     chosen = None
@@ -133,7 +138,7 @@ def flywheel_command(
         bad = [b for b in chosen if b not in BASELINES]
         if bad:
             raise ArenaError(f"--baselines: unknown {', '.join(bad)}; use any of {', '.join(BASELINES)}")
-    ws = workspace or (Path(cfg.workspace) if cfg.workspace else Path("workspaces") / cfg.name)
+    ws = workspace_for(cfg, workspace)
     if print_launch:
         print_launch_plan(launch_plan(cfg, ws, chosen), json_out)
         return

@@ -16,6 +16,7 @@ from .. import pipeline
 from ..engines.calls import CallStats
 from ..config import ModelsFile, RunConfig, load_config_file
 from .errors import user_errors
+from .options import ray_overrides
 from .tables import print_leaderboard
 from ..errors import ArenaError
 from ..records import Rating
@@ -46,13 +47,6 @@ RayOpt = Annotated[
 ]
 
 
-def ray_overrides(address: str | None) -> list[str]:
-    """Return the config overrides that ``--ray ADDRESS`` stands for."""
-    if address is None:
-        return []
-    return ["scale.backend=ray", f"scale.address={'null' if address == 'local' else address}"]
-
-
 def _open(config: Path, workspace: Path | None, overrides: list[str] | None,
           ray: str | None = None) -> tuple[RunConfig, Store]:
     cfg = load_config_file(config, RunConfig, [*(overrides or []), *ray_overrides(ray)])
@@ -61,7 +55,7 @@ def _open(config: Path, workspace: Path | None, overrides: list[str] | None,
     return cfg, store
 
 
-def print_call_stats(report: pipeline.AnswerReport, store: Store) -> None:
+def print_call_stats(report: pipeline.AnswerReport) -> None:
     table = Table(title="model calls", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     width = max((len(n) for n in report.stats), default=5)
     for col in ("model", "cached", "sent", "ok", "failed", "empty", "cut off", "tok in", "tok out", "incomplete"):
@@ -90,11 +84,10 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None, 
         prompts = pipeline.stage_prompts(cfg, store)
         source = "the built-in task suite" if cfg.prompts is None else (cfg.prompts.set or cfg.prompts.path)
         err_console.print(f"test set: {len(prompts)} prompts from {source}; workspace {store.root}")
-        report = pipeline.stage_answer(cfg, store, prompts=prompts)
-        print_call_stats(report, store)
-        print_battle_report(cfg, pipeline.stage_battle(cfg, store, prompts=prompts), store)
-        ratings = pipeline.stage_ratings(cfg, store)
-    _emit_board(ratings, json_out)
+        result = pipeline.run_stages(
+            cfg, store, prompts, on_answers=print_call_stats,
+            on_battles=lambda report: print_battle_report(cfg, report, pipeline.stage_usage(cfg, store)))
+    _emit_board(result.ratings or [], json_out)
     # The report is optional: if it fails, the finished results stay in the workspace and the run succeeds.
     from ..report.html import write_report
 
@@ -112,7 +105,7 @@ def answer(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = Non
     """Have every contestant answer the test set (cached in the ledger)."""
     cfg, store = _open(config, workspace, set_, ray)
     with store, scaled(cfg.scale):
-        print_call_stats(pipeline.stage_answer(cfg, store), store)
+        print_call_stats(pipeline.stage_answer(cfg, store, prompts=pipeline.stage_prompts(cfg, store)))
 
 
 @app.command()
@@ -121,11 +114,11 @@ def battle(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = Non
     """Judge every pair of contestants on every prompt they both answered."""
     cfg, store = _open(config, workspace, set_, ray)
     with store, scaled(cfg.scale):
-        report = pipeline.stage_battle(cfg, store)
-        print_battle_report(cfg, report, store)
+        report = pipeline.stage_battle(cfg, store, prompts=pipeline.stage_prompts(cfg, store))
+        print_battle_report(cfg, report, pipeline.stage_usage(cfg, store))
 
 
-def print_battle_report(cfg: RunConfig, report: pipeline.BattleReport, store: Store) -> None:
+def print_battle_report(cfg: RunConfig, report: pipeline.BattleReport, usage: list[dict]) -> None:
     err_console.print(f"battles: {len(report.battles)} from {report.judged} judgments by {cfg.judge.name}")
     if report.stats is not None:
         s = report.stats
@@ -135,13 +128,11 @@ def print_battle_report(cfg: RunConfig, report: pipeline.BattleReport, store: St
             f"{s['flagged']} judgments with an answer that addresses the judge", highlight=False)
     for model, n in report.missing.items():
         err_console.print(f"[yellow]{model}: {n} pairings skipped for want of an answer (rerun `arena answer`)")
-    print_usage(cfg, store)
+    print_usage(usage)
 
 
-def print_usage(cfg: RunConfig, store: Store) -> None:
-    """Print calls, tokens in/out and cost per contestant and judge, and keep them in the store."""
-    rows = pipeline.usage(cfg, store)
-    store.set_meta("usage", rows)
+def print_usage(rows: list[dict]) -> None:
+    """Print calls, tokens in/out and cost per contestant and judge (``pipeline.usage``'s rows)."""
     table = Table(title="tokens and cost (every call behind the results)", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("role", "model", "calls", "tokens in", "tokens out", "cost"):
         table.add_column(col, justify="left" if col in ("role", "model") else "right", no_wrap=True)
