@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     state = load_state(state_path(ws))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    print(f"\nflywheel {cfg.name}: {len(cfg.rounds)} rounds in {wall:.0f} s ({wall / 60:.1f} min), peak RSS {peak:.0f} MB,"
+    print(f"\nflywheel {cfg.name}: {len(cfg.rounds)} rounds in {wall:.0f} s ({wall / 60:.1f} min), "
+          f"peak RSS {peak:.0f} MB,"
           f" workspace {ws}")
     for k, run in enumerate(state.runs):
         print(f"  run {k + 1}: {run.seconds:.0f} s ({run.seconds / 60:.1f} min)"

@@ -1,4 +1,5 @@
-"""The flywheel's state as records: written and read whole, a state of the layout before records migrated, others refused."""
+"""The flywheel's state as records: written and read whole; a state of the layout before records is migrated, others
+refused."""
 
 from __future__ import annotations
 
@@ -7,8 +8,15 @@ import json
 import pytest
 
 from arena_learning.errors import ArenaError
-from arena_learning.flywheel_state import (STATE_VERSION, FlywheelState, StageRecord, TrainSummary, load_state,
-                                           save_state, state_path)
+from arena_learning.flywheel_state import (
+    STATE_VERSION,
+    FlywheelState,
+    StageRecord,
+    TrainSummary,
+    load_state,
+    save_state,
+    state_path,
+)
 
 TRAIN = {"kind": "sft", "model_dir": "/ws/flywheel/round-0/0-sft/model", "examples": 6, "steps": 2, "seconds": 31.52,
          "train_loss": 2.4125, "s_per_step": 15.76, "peak_rss_mb": 2210.4, "resumed_from": None}

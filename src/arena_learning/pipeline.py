@@ -12,22 +12,26 @@ import asyncio
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import yaml
 from pydantic import BaseModel
 
 from .arena.answers import answer_prompts
 from .arena.battles import combine_games, plan_battles
-from .engines.calls import CallStats, make_progress
 from .arena.judges import PairTask, VerifierJudge
 from .arena.schedule import AdaptiveScheduler, run_schedule, schedule_pairs
-from .config import ModelSpec, RunConfig, validate_config
-from .tasks import generate_tasks
+from .config import JudgeConfig, ModelSpec, RunConfig, validate_config
 from .engines import build_engine
+from .engines.calls import CallStats, make_progress
 from .errors import ArenaError
 from .records import Answer, Battle, Judgment, Prompt, Rating
 from .store import DEFAULT_SET, Store
+from .tasks import generate_tasks
+
+if TYPE_CHECKING:
+    from .rating.lengthcontrol import LCWinRate
+    from .rating.style import StyleResult
 
 TEST_SET = DEFAULT_SET
 
@@ -49,7 +53,7 @@ def workspace_for(cfg: Named, override: str | Path | None = None) -> Path:
 
 
 def save_config(cfg: BaseModel, store: Store, key: str = "config", file_name: str = "config.resolved.yaml") -> None:
-    """Save the resolved config beside the results: YAML for people (``file_name``), JSON in the store (meta ``key``)."""
+    """Save the resolved config beside the results: YAML for people (``file_name``), JSON in the store (``key``)."""
     data = cfg.model_dump(mode="json")
     (store.root / file_name).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     store.set_meta(key, data)
@@ -149,7 +153,8 @@ def stage_answer(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
     # Kept for reports and for checking that a rerun sent only what the ledger lacked.
     store.set_meta(
         "answer_stats",
-        {name: {**vars(s), "errors": s.errors[:5], "incomplete": report.incomplete[name]} for name, s in report.stats.items()},
+        {name: {**vars(s), "errors": s.errors[:5], "incomplete": report.incomplete[name]}
+         for name, s in report.stats.items()},
     )
     return report
 
@@ -293,7 +298,7 @@ def usage(cfg: RunConfig, store: Store) -> list[dict]:
     current = {p.id for p in store.get_prompts(TEST_SET)}
     rows = []
 
-    def row(role: str, name: str, spec, calls: int, tin: int, tout: int) -> None:  # noqa: ANN001
+    def row(role: str, name: str, spec: ModelSpec | None, calls: int, tin: int, tout: int) -> None:
         cost = (tin * spec.price_in + tout * spec.price_out) / 1e6 if spec is not None else 0.0
         rows.append({"role": role, "name": name, "calls": calls, "tokens_in": tin, "tokens_out": tout, "cost": cost})
 
@@ -327,7 +332,7 @@ def stage_ratings(cfg: RunConfig, store: Store, set_name: str = TEST_SET) -> lis
     )
 
 
-def stage_style_control(cfg: RunConfig, store: Store):  # noqa: ANN201 - rating.style.StyleResult
+def stage_style_control(cfg: RunConfig, store: Store) -> StyleResult:
     """Return ratings with and without style control (length, headers, lists, bold of the answers)."""
     from .rating.style import style_control, style_features
 
@@ -346,7 +351,7 @@ def workspace_board(path: str | Path) -> list[Rating]:
         return stage_ratings(load_saved_config(store), store)
 
 
-def scoring_judge(cfg: RunConfig, name: str | None = None):  # noqa: ANN201 - JudgeConfig
+def scoring_judge(cfg: RunConfig, name: str | None = None) -> JudgeConfig:
     """Return the config of the judge named ``name`` (default: the run's) if it grades answers alone.
 
     Absolute scores need grades of single answers: a ``single``-mode judge folder (MT-Bench
@@ -396,20 +401,22 @@ def stage_scores(cfg: RunConfig | None, store: Store, judge: str | None = None, 
     return name, score_table(judgments, prompts, bootstrap=bootstrap, seed=seed, turn_of=split_turn)
 
 
-def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap: int = 200):  # noqa: ANN201
+def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap: int = 200) -> list[LCWinRate]:
     """Return rating.lengthcontrol.LCWinRate rows: raw and length-controlled win rates against ``reference``."""
     from .rating.lengthcontrol import lc_win_rates
 
     battles = stored_battles(cfg, store)
     players = {m for b in battles for m in (b.model_a, b.model_b)}
     if reference not in players:
-        raise ArenaError(f"the reference {reference!r} played no battle here; the models are {', '.join(sorted(players))}")
+        raise ArenaError(f"the reference {reference!r} played no battle here; the models are "
+                         f"{', '.join(sorted(players))}")
     # AlpacaEval measures length in characters of the output; a multi-turn answer counts all its turns
     lengths = {(a.prompt_id, a.model): float(sum(len(t) for t in a.turns)) for a in store.get_answers()}
     return lc_win_rates(battles, lengths, reference, bootstrap=bootstrap, seed=cfg.ratings.seed)
 
 
-def stage_group_boards(cfg: RunConfig, store: Store, by: str, *, bootstrap: int | None = None):  # noqa: ANN201
+def stage_group_boards(cfg: RunConfig, store: Store, by: str, *, bootstrap: int | None = None
+                       ) -> tuple[dict[str, list[Rating]], dict[str, str]]:
     """Return (group -> leaderboard, group -> why it has none) of the test set's battles grouped ``by``."""
     from .rating.groups import group_boards
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
     app.command("harvest", help=HARVEST_HELP)(harvest_command)
 
 
-def _fmt(x: Optional[float], digits: int = 1) -> str:
+def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
@@ -112,17 +112,17 @@ def print_report(report: FlywheelReport) -> None:
 @user_errors
 def flywheel_command(
     config: Annotated[Path, typer.Argument(help="YAML flywheel config (see examples/flywheel.yaml)")],
-    workspace: Annotated[Optional[Path], typer.Option("--workspace", "-w", help="workspace directory (default: the "
+    workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="workspace directory (default: the "
                                                       "config's, or workspaces/NAME)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the round table as JSON")] = False,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field, e.g. --set "
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a config field, e.g. --set "
                                                       "training.sft.epochs=1 (repeatable)")] = None,
-    baselines: Annotated[Optional[str], typer.Option(help="comma-separated selection baselines (all, random, "
+    baselines: Annotated[str | None, typer.Option(help="comma-separated selection baselines (all, random, "
                                                      "longest) trained side by side for the ablation")] = None,
     print_launch: Annotated[bool, typer.Option("--print-launch", help="print the command that trains each stage "
                                                "(training.launch: inprocess, accelerate or torchrun) and exit; "
                                                "runs nothing")] = False,
-    ray: Annotated[Optional[str], typer.Option("--ray", help="run the battles' model calls in engine actors on a "
+    ray: Annotated[str | None, typer.Option("--ray", help="run the battles' model calls in engine actors on a "
                                                "Ray cluster: its address ('auto', 'ray://host:10001') or 'local'; "
                                                "see scale: in the config")] = None,
 ) -> None:
@@ -155,7 +155,7 @@ def flywheel_command(
 
     try:
         err_console.print(f"report: {write_report(ws)}")
-    except Exception as err:  # noqa: BLE001 - any failure of an optional stage is reported, never fatal
+    except Exception as err:
         err_console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
                           f"are kept in {ws}; retry with `arena report {ws}`", highlight=False)
 
@@ -180,21 +180,24 @@ def print_launch_plan(rows: list[dict], json_out: bool) -> None:
 def harvest_command(
     workspace: Annotated[Path, typer.Argument(help="an arena or flywheel workspace")],
     kind: Annotated[str, typer.Option("--kind", help="sft, dpo or rm")] = "sft",
-    out: Annotated[Path, typer.Option("--out", "-o", help="output: FILE.jsonl, FILE.parquet or a folder (HF dataset)")] = Path("harvest.jsonl"),
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", help="output: FILE.jsonl, FILE.parquet or a folder (HF dataset)")] = Path("harvest.jsonl"),
     set_name: Annotated[str, typer.Option("--set", help="the prompt set whose battles to harvest (a flywheel slice "
                                           "is flywheel/NAME)")] = DEFAULT_SET,
-    target: Annotated[Optional[str], typer.Option(help="sft: the model trained (default: the run's battles.target)")] = None,
-    models: Annotated[Optional[str], typer.Option(help="comma-separated models: sft: the references (default: all "
-                                                  "others); dpo/rm: the models whose answers pair up (default: all)")] = None,
-    judge: Annotated[Optional[str], typer.Option(help="the judge whose battles to use (default: the only one)")] = None,
+    target: Annotated[str | None, typer.Option(
+        help="sft: the model trained (default: the run's battles.target)")] = None,
+    models: Annotated[str | None, typer.Option(
+        help="comma-separated models: sft: the references (default: all others); dpo/rm: the models whose answers "
+             "pair up (default: all)")] = None,
+    judge: Annotated[str | None, typer.Option(help="the judge whose battles to use (default: the only one)")] = None,
     selection: Annotated[str, typer.Option(help="pair_judge, or a baseline: all, random, longest")] = "pair_judge",
     threshold: Annotated[float, typer.Option(help="sft: the target lost by more than this score gap")] = 0.0,
     k: Annotated[float, typer.Option("--k", help="dpo/rm: drop pairs whose score gap is at most K")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed of the random baseline")] = 0,
-    fmt: Annotated[Optional[str], typer.Option("--format", help="jsonl, parquet or hf (default: by --out)")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="jsonl, parquet or hf (default: by --out)")] = None,
 ) -> None:
     from ..flywheel.export import export_items
-    from ..flywheel.harvest import per_model_counts, select_pairs, select_sft
+    from ..flywheel.harvest import PreferenceItem, SFTItem, per_model_counts, select_pairs, select_sft
 
     if kind not in ("sft", "dpo", "rm"):
         raise ArenaError(f"--kind {kind!r}: use sft, dpo or rm")
@@ -210,7 +213,8 @@ def harvest_command(
     if not battles:
         raise ArenaError(f"{workspace} has no battles in set {set_name!r}" + (f" by judge {judge!r}" if judge else ""))
     if len(judges) > 1:
-        raise ArenaError(f"battles of several judges ({', '.join(judges)}) in set {set_name!r}: choose one with --judge")
+        raise ArenaError(f"battles of several judges ({', '.join(judges)}) in set {set_name!r}: choose one with "
+                         "--judge")
     in_battles = {m for b in battles for m in (b.model_a, b.model_b)}
     order = [m["name"] for m in saved.get("models", []) if m.get("name") in in_battles]
     order += sorted(in_battles - set(order))
@@ -221,10 +225,12 @@ def harvest_command(
     if kind == "sft":
         target = target or (saved.get("battles") or {}).get("target")
         if target is None or target not in in_battles:
-            raise ArenaError(f"--target: give the model trained (models with battles in {set_name!r}: {', '.join(order)})")
+            raise ArenaError(f"--target: give the model trained (models with battles in {set_name!r}: "
+                             f"{', '.join(order)})")
         refs = chosen or [m for m in order if m != target]
-        items = select_sft(selection, prompts, answers, battles, target=target, references=refs, threshold=threshold,
-                           seed=seed, slice_name=set_name)
+        items: list[SFTItem] | list[PreferenceItem] = select_sft(
+            selection, prompts, answers, battles, target=target, references=refs, threshold=threshold, seed=seed,
+            slice_name=set_name)
     else:
         items = select_pairs(selection, prompts, answers, battles, models=chosen or order, k=k, seed=seed,
                              slice_name=set_name)

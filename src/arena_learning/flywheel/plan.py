@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from .. import pipeline
 from ..config import ModelSpec
@@ -21,8 +22,8 @@ from ..plan import Known, LedgerView, Plan, PlanLine, plan_answers, plan_battles
 from ..records import Prompt
 from ..store import Store
 from .rounds import slice_prompts, slice_set, stage_folder, stage_key
-from .train import MODEL_DIR, stage_done
 from .settings import FlywheelConfig, TrainSettings
+from .train import MODEL_DIR, stage_done
 
 
 def _steps(settings: TrainSettings, rows: int) -> int:
@@ -44,7 +45,7 @@ class _Walk:
         self.trained: set[str] = set()  # names of models the run trains
 
     def answer_and_battle(self, models: Sequence[ModelSpec], prompts: list[Prompt], set_name: str, stage: str,
-                          schedule: str = "all", target: str | None = None) -> None:
+                          schedule: Literal["all", "target"] = "all", target: str | None = None) -> None:
         known = self.known.setdefault(set_name, Known())
         for spec in models:
             ident = (spec.model_dump_json(exclude={"name"}), set_name)

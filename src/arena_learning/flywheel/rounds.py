@@ -44,8 +44,20 @@ from ..engines.bundled import resolve_model_path
 from ..engines.identity import content_identity
 from ..engines.transformers_engine import release_models, resolve_hf_folder
 from ..errors import ArenaError
-from ..flywheel_state import (STATE_FILE, Evaluation, FlywheelState, RatedModel, RoundRow, RoundTable, RunRecord,
-                              SliceRecord, StageRecord, TrainSummary, load_state, save_state)
+from ..flywheel_state import (
+    STATE_FILE,
+    Evaluation,
+    FlywheelState,
+    RatedModel,
+    RoundRow,
+    RoundTable,
+    RunRecord,
+    SliceRecord,
+    StageRecord,
+    TrainSummary,
+    load_state,
+    save_state,
+)
 from ..records import Prompt, Rating
 from ..scale.launch import LaunchError, check_launchable, launch_command, run_launch
 from ..store import Store
@@ -98,7 +110,8 @@ def task_slice(spec: SliceSpec, seed: int, exclude: set[str]) -> list[Prompt]:
     return out
 
 
-def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | None) -> dict[str, tuple[list[Prompt], int]]:
+def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt],
+                  store: Store | None) -> dict[str, tuple[list[Prompt], int]]:
     """Return every slice of ``cfg``'s pool, in pool order: its prompts and how many were dropped as test prompts.
 
     Slices are disjoint and decontaminated: no test prompt, no few-shot example, no prompt of an
@@ -113,7 +126,8 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
             if not got:
                 where = f"the workspace {store.root}" if store is not None else "the workspace (there is none yet)"
                 raise ArenaError(f"pool.{name}.set: the prompt set {spec.set!r} is empty or missing in {where}: fill "
-                                 f"it first (`arena pool build`, `arena ingest`), or give the slice task prompts (n, seed)")
+                                 "it first (`arena pool build`, `arena ingest`), or give the slice task prompts "
+                                 "(n, seed)")
             prompts = [p for p in got if not any(_norm(t) in banned for t in p.turns)]
             if spec.limit is not None:
                 prompts = prompts[: spec.limit]
@@ -159,7 +173,8 @@ class FlywheelReport:
 
     def as_json(self) -> dict[str, Any]:
         """Return what ``arena flywheel --json`` prints."""
-        return {"rounds": [r.model_dump() for r in self.rounds], "references": [r.model_dump() for r in self.references],
+        return {"rounds": [r.model_dump() for r in self.rounds],
+                "references": [r.model_dump() for r in self.references],
                 "base": None if self.base is None else self.base.model_dump(),
                 "stages": [s.row() for s in self.stages], "ablations": [s.row() for s in self.ablations]}
 
@@ -254,7 +269,8 @@ class Flywheel:
                            "rm": extra, "harvest": self.cfg.harvest.model_dump(mode="json", exclude={"baselines"}),
                            "target": self.cfg.target.model_dump(mode="json"),
                            "references": [m.model_dump(mode="json") for m in self.refs],
-                           "judge": self.cfg.judge.model_dump(mode="json"), "test": self.cfg.tasks.model_dump(mode="json"),
+                           "judge": self.cfg.judge.model_dump(mode="json"),
+                           "test": self.cfg.tasks.model_dump(mode="json"),
                            "before": before, "where": [r, i]}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -294,7 +310,7 @@ class Flywheel:
 
     def harvest_step(self, rec: StageRecord, stage: StageSpec, current: ModelSpec, folder: Path,
                      size: int | None) -> list[Any]:
-        """Return the stage's training data: its harvest (made now from the slice's battles, or read back) and replay."""
+        """Return the stage's training data: its harvest (made now from the slice's battles, or read back), replay."""
         h = self.cfg.harvest
         data_file = folder / DATA_FILE[stage.kind]
         need_pairs = stage.kind != "rl" or self.cfg.training.rl.reward == "model"
@@ -319,7 +335,6 @@ class Flywheel:
         prompts = self._slices[stage.slice]
         models = [current, *self.refs]
         names = {m.name for m in models}
-        kw = {"seed": h.seed, "slice_name": stage.slice, "round_index": rec.round, "size": size}
         if stage.kind == "sft":
             result = self.arena(models, prompts, slice_set(stage.slice), "target", current.name)
         else:
@@ -330,11 +345,13 @@ class Flywheel:
         t1 = time.perf_counter()
         if stage.kind == "sft":
             items: list[Any] = select_sft(rec.selection, prompts, answers, battles, target=current.name,
-                                          references=[m.name for m in self.refs], threshold=h.sft_threshold, **kw)
+                                          references=[m.name for m in self.refs], threshold=h.sft_threshold,
+                                          seed=h.seed, slice_name=stage.slice, round_index=rec.round, size=size)
         else:
             k = h.k if stage.kind == "dpo" else (h.rm_k if h.rm_k is not None else h.k)
             items = select_pairs(rec.selection if stage.kind == "dpo" else "pair_judge", prompts, answers, battles,
-                                 models=[m.name for m in models], k=k, rip=rip, **kw)
+                                 models=[m.name for m in models], k=k, rip=rip, seed=h.seed, slice_name=stage.slice,
+                                 round_index=rec.round, size=size)
         release_models()
         export_items(items, data_file, kind="sft" if stage.kind == "sft" else "pairs")
         rec.seconds.harvest = round(time.perf_counter() - t1, 2)
@@ -373,24 +390,25 @@ class Flywheel:
                  f"{res.seconds:.0f} s" + (f" (resumed from {res.resumed_from})" if res.resumed_from else ""))
         return out_spec, rec
 
-    def train_one(self, kind: str, base: str, folder: Path, *, items: Sequence[Any] = (),
+    def train_one(self, kind: Literal["sft", "dpo", "rm", "rl"], base: str, folder: Path, *, items: Sequence[Any] = (),
                   prompts: Sequence[Prompt] = (), reward_model: Path | None = None) -> training.TrainResult:
-        """Train ``kind`` (sft, dpo, rm or rl) from ``base`` into ``folder``, in process or launched (training.launch)."""
+        """Train ``kind`` (sft, dpo, rm or rl) from ``base`` into ``folder``, in process or launched (``launch``)."""
         settings = getattr(self.cfg.training, kind)
         launch = self.cfg.training.launch
         spec = self.cfg.target
         if launch.launcher == "inprocess":
             if kind == "rl":
                 return training.train_rl(base, prompts, folder, settings, spec=spec, reward_model=reward_model)
-            fn = {"sft": training.train_sft, "dpo": training.train_dpo, "rm": training.train_reward}[kind]
-            return fn(base, items, folder, settings, spec=spec)
+            trainers: dict[str, Callable[..., training.TrainResult]] = {
+                "sft": training.train_sft, "dpo": training.train_dpo, "rm": training.train_reward}
+            return trainers[kind](base, items, folder, settings, spec=spec)
         done_kind = settings.algorithm if kind == "rl" else kind
         if (done := training.done_result(folder, done_kind)) is not None:
             return done
         if not (prompts if kind == "rl" else items):
             raise training.NoTrainingData(f"no {kind} data to train on")
         folder.mkdir(parents=True, exist_ok=True)
-        job = StageJob(kind=kind, base=str(resolve_hf_folder(str(base))), stage=str(folder),  # type: ignore[arg-type]
+        job = StageJob(kind=kind, base=str(resolve_hf_folder(str(base))), stage=str(folder),
                        settings=settings.model_dump(mode="json"), target=spec,
                        reward_model=str(reward_model) if reward_model is not None else None,
                        mixed_precision=launch.mixed_precision, cpu=launch.cpu)
@@ -464,7 +482,7 @@ class Flywheel:
 
     def report(self, ratings: list[Rating], round_models: list[tuple[int, ModelSpec, list[StageRecord]]],
                stage_recs: list[StageRecord], seconds: float) -> FlywheelReport:
-        """Return the round table of ``ratings`` (the last evaluation's); keep it, and the stages' ratings, in the state."""
+        """Return the round table of ``ratings`` (the last evaluation's); keep it and the stage ratings in the state."""
         by_name = {r.model: r for r in ratings}
         rep = FlywheelReport(ratings=ratings, seconds=seconds)
         for r, spec, recs in round_models:
@@ -501,7 +519,8 @@ def stage_key(r: int, i: int, kind: str, variant: str | None = None) -> str:
     return f"r{r}.{i}-{kind}" + (f"-{variant}" if variant else "")
 
 
-def launch_plan(cfg: FlywheelConfig, workspace: str | Path, baselines: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def launch_plan(cfg: FlywheelConfig, workspace: str | Path,
+                baselines: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Return the command that trains each stage of ``cfg`` (in run order), with its job file and kind.
 
     The job files are written by the round runner when the stage's data is harvested; the commands

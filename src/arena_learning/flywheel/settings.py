@@ -14,8 +14,17 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..config import (BattleConfig, JudgeConfig, ModelSpec, PromptsConfig, RatingConfig, RunConfig, ScaleConfig, Section,
-                      TasksConfig)
+from ..config import (
+    BattleConfig,
+    JudgeConfig,
+    ModelSpec,
+    PromptsConfig,
+    RatingConfig,
+    RunConfig,
+    ScaleConfig,
+    Section,
+    TasksConfig,
+)
 from ..scale.launch import LaunchSettings
 from ..tasks import CATEGORIES
 

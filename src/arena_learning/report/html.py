@@ -172,13 +172,14 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
         st = f'<p class="note">Not fitted: {_e(style_note)}</p>'
     else:
         coefs = ", ".join(f"{_e(k)} {v:+.3f}" for k, v in style.coefficient_table().items())
+        style_rows: list[dict[str, Any]] = style.to_rows()
         st = ('<p class="note">Contextual Bradley-Terry with the normalised differences of answer length, '
               "markdown headers, lists and bold as extra features (as Chatbot Arena does).</p>"
               + _table(["model", "rating", "controlled", "controlled 95% CI", "rank", "delta"],
                        [[_e(row["model"]), _num(row["rating"]), _num(row["rating_controlled"]),
                          _ci(row["ci_low_controlled"], row["ci_high_controlled"]),
                          f"{row['rank']} &rarr; {row['rank_controlled']}", f"{row['delta']:+.1f}"]
-                        for row in style.to_rows()])
+                        for row in style_rows])
               + f'<p class="note">Style coefficients (log-odds per SD; + means the judge prefers more): {coefs}</p>')
     sections.append(("style", "Style control", st))
 
@@ -287,7 +288,8 @@ def _win_rates(ratings: list[Rating], battles: list[Battle]) -> str:
     pred = [[float(predicted[i, j]) for j in range(len(models))] for i in range(len(models))]
     obs, cnt = [], []
     for a in models:
-        row_o, row_c = [], []
+        row_o: list[float | None] = []
+        row_c: list[int] = []
         for b in models:
             if a not in idx or b not in idx:
                 row_o.append(None)
@@ -307,7 +309,7 @@ def _win_rates(ratings: list[Rating], battles: list[Battle]) -> str:
             f'{heatmap(models, cnt, kind="count", fmt="count", label="battles per pair")}</figure></div>')
 
 
-def _group_boards(cfg, ratings: list[Rating], battles: list[Battle], prompts: list[Prompt]) -> str:  # noqa: ANN001
+def _group_boards(cfg, ratings: list[Rating], battles: list[Battle], prompts: list[Prompt]) -> str:
     from ..rating.groups import group_battles, rate_groups
 
     columns: list[tuple[str, str, list[Battle]]] = []  # (kind, name, battles)
@@ -350,7 +352,7 @@ def _group_boards(cfg, ratings: list[Rating], battles: list[Battle], prompts: li
     return note + f'<div class="wide">{_table(head, rows)}</div>'
 
 
-def _scores_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
+def _scores_html(root: Path, cfg) -> str:
     """Return the MT-Bench-style scores table when the run's judge grades answers alone (an LLM judge), else ""."""
     from ..arena.llm_judges import load_judge_spec
     from ..pipeline import stage_scores
@@ -365,7 +367,7 @@ def _scores_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
     turns = sorted({t for r in rows for t in r.turns})
     cats = sorted({c for r in rows for c in r.categories})
 
-    def cell(c) -> str:  # noqa: ANN001 - rating.scores.Cell | None
+    def cell(c) -> str:
         return "-" if c is None else f'{_num(c.mean, 2)} <span class="ci">({c.n})</span>'
 
     head = ["model", "mean", "95% CI", *(f"turn {t}" for t in turns), "graded", "failed",
@@ -381,7 +383,7 @@ def _scores_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
             f'<div class="wide">{_table(head, body)}</div>')
 
 
-def _lc_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
+def _lc_html(root: Path, cfg) -> str:
     """Return the raw and length-controlled win rates against the run's baseline (AlpacaEval 2)."""
     from ..pipeline import stage_lc_winrates
 
@@ -505,7 +507,8 @@ def _flywheel_html(root: Path) -> str:
         except (OSError, ValueError, AttributeError):
             continue
         pts = [(float(e["step"]), float(e["loss"])) for e in log
-               if isinstance(e, dict) and isinstance(e.get("loss"), (int, float)) and isinstance(e.get("step"), (int, float))]
+               if isinstance(e, dict) and isinstance(e.get("loss"), (int, float))
+               and isinstance(e.get("step"), (int, float))]
         if pts:
             series_l.append((f"{path.parent.parent.name}/{path.parent.name}", pts))
     if series_l:
