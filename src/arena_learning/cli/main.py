@@ -490,11 +490,19 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the repo
 
 
 def _register_extensions() -> None:
-    # the command modules import this one's app only through this call: none of them imports cli.main
-    from . import audit, curate, flywheel, peers, plan, rating, scores, view
+    # the command modules get the app through this call: none of them imports cli.main
+    from .audit import register as register_audit
+    from .curate import register as register_curate
+    from .flywheel import register as register_flywheel
+    from .peers import register as register_peers
+    from .plan import register as register_plan
+    from .rating import register as register_rating
+    from .scores import register as register_scores
+    from .view import register as register_view
 
-    for module in (rating, curate, audit, view, scores, flywheel, plan, peers):
-        module.register(app)
+    for register in (register_rating, register_curate, register_audit, register_view, register_scores,
+                     register_flywheel, register_plan, register_peers):
+        register(app)
 
 
 _register_extensions()
