@@ -20,7 +20,6 @@ one-time GGUF -> safetensors conversion of the bundled model (about a minute), p
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import sys
 import tempfile
@@ -32,21 +31,22 @@ from arena_learning.engines.bundled import cache_dir
 from arena_learning.engines.transformers_engine import BUNDLED_HF_NAME, bundled_hf_folder
 from arena_learning.flywheel.rounds import run_flywheel, save_flywheel_config
 from arena_learning.flywheel.settings import FlywheelConfig
+from arena_learning.flywheel_state import RatedModel, RoundRow, StageRecord, load_state, state_path
 from arena_learning.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _ci(row: dict) -> str:
-    if row.get("rating") is None:
+def _ci(row: RatedModel | RoundRow | StageRecord) -> str:
+    if row.rating is None:
         return "-"
-    lo, hi = row.get("ci_low"), row.get("ci_high")
-    return f"{row['rating']:.1f} ({lo:.1f}..{hi:.1f})" if lo is not None else f"{row['rating']:.1f}"
+    lo, hi = row.ci_low, row.ci_high
+    return f"{row.rating:.1f} ({lo:.1f}..{hi:.1f})" if lo is not None and hi is not None else f"{row.rating:.1f}"
 
 
-def above(a: dict, b: dict) -> bool:
+def above(a: RatedModel | RoundRow, b: RatedModel | RoundRow) -> bool:
     """Whether ``a`` is above ``b`` by more than both CIs: a's lower bound over b's upper bound."""
-    return None not in (a.get("ci_low"), b.get("ci_high")) and a["ci_low"] > b["ci_high"]
+    return a.ci_low is not None and b.ci_high is not None and a.ci_low > b.ci_high
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,45 +71,46 @@ def main(argv: list[str] | None = None) -> int:
         baselines = [b for b in args.baselines.split(",") if b] if args.baselines else None
         report = run_flywheel(cfg, store, baselines=baselines)
     wall = time.perf_counter() - started
-    state = json.loads((ws / "flywheel" / "state.json").read_text())
+    state = load_state(state_path(ws))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    print(f"\nflywheel {cfg.name}: {len(cfg.rounds)} rounds in {wall:.0f} s ({wall / 60:.1f} min),"
-          f" peak RSS {peak:.0f} MB, workspace {ws}")
-    for k, run in enumerate(state.get("runs", [])):
-        print(f"  run {k + 1}: {run['seconds']:.0f} s ({run['seconds'] / 60:.1f} min)"
-              + ("" if run["trained"] else ", resumed with nothing left to train"))
-    print("\nslices:", ", ".join(f"{k} {v['prompts']} prompts" for k, v in state["slices"].items()))
+    print(f"\nflywheel {cfg.name}: {len(cfg.rounds)} rounds in {wall:.0f} s ({wall / 60:.1f} min), "
+          f"peak RSS {peak:.0f} MB,"
+          f" workspace {ws}")
+    for k, run in enumerate(state.runs):
+        print(f"  run {k + 1}: {run.seconds:.0f} s ({run.seconds / 60:.1f} min)"
+              + ("" if run.trained else ", resumed with nothing left to train"))
+    print("\nslices:", ", ".join(f"{k} {v.prompts} prompts" for k, v in state.slices.items()))
     print("\nstages:")
     print(f"  {'stage':16} {'data':>5} {'steps':>5} {'s/step':>7} {'loss':>7} {'answer+judge s':>15} {'harvest s':>9} "
           f"{'train s':>8} {'peak MB':>8}  by model")
     per_round: dict[int, float] = {}
-    for key, rec in state["stages"].items():
-        sec, tr = rec.get("seconds", {}), rec.get("train") or {}
-        per_round[rec["round"]] = per_round.get(rec["round"], 0.0) + sum(sec.values())
-        sps = f"{tr['s_per_step']:.2f}" if tr.get("s_per_step") else "-"
-        loss = f"{rec['train_loss']:.3f}" if rec.get("train_loss") is not None else "-"
-        print(f"  {key:16} {rec.get('examples', 0):5d} {tr.get('steps', 0):5d} {sps:>7} {loss:>7} "
-              f"{sec.get('answer_battle', 0):15.1f} {sec.get('harvest', 0):9.2f} {sec.get('train', 0):8.1f} "
-              f"{tr.get('peak_rss_mb', 0):8.0f}  {rec.get('by_model') or {}}")
+    for key, rec in state.stages.items():
+        sec, tr = rec.seconds, rec.train
+        per_round[rec.round] = per_round.get(rec.round, 0.0) + sum(sec.spent().values())
+        sps = f"{tr.s_per_step:.2f}" if tr is not None and tr.s_per_step else "-"
+        loss = f"{rec.train_loss:.3f}" if rec.train_loss is not None else "-"
+        print(f"  {key:16} {rec.examples:5d} {tr.steps if tr else 0:5d} {sps:>7} {loss:>7} "
+              f"{sec.answer_battle or 0:15.1f} {sec.harvest or 0:9.2f} {sec.train or 0:8.1f} "
+              f"{tr.peak_rss_mb if tr else 0:8.0f}  {rec.by_model}")
     print("\nevaluations on the test set:")
-    for ev in state["evaluations"]:
-        print(f"  after {ev['after']}: {ev['seconds']:.1f} s")
+    for ev in state.evaluations:
+        print(f"  after {ev.after}: {ev.seconds:.1f} s")
     print("\nper round (stages, without evaluations):", ", ".join(f"round {r} {s:.0f} s" for r, s in per_round.items()))
     print("\nratings (95% CI):")
     if report.base:
-        print(f"  start    {report.base['model']:22} {_ci(report.base)}")
+        print(f"  start    {report.base.model:22} {_ci(report.base)}")
     for r in report.rounds:
-        print(f"  round {r['round']}  {r['model']:22} {_ci(r)}   sft {r['sft_examples']}  dpo {r['dpo_pairs']}  "
-              f"rm {r['rm_pairs']}  loss {r['train_loss']}")
-    for r in report.references:
-        print(f"  ref      {r['model']:22} {_ci(r)}")
+        print(f"  round {r.round}  {r.model:22} {_ci(r)}   sft {r.sft_examples}  dpo {r.dpo_pairs}  "
+              f"rm {r.rm_pairs}  loss {r.train_loss}")
+    for ref in report.references:
+        print(f"  ref      {ref.model:22} {_ci(ref)}")
     for a in report.ablations:
-        print(f"  ablation {a['model']:22} {_ci(a)}  ({a['selection']}, {a['examples']} examples)")
+        print(f"  ablation {a.model:22} {_ci(a)}  ({a.selection}, {a.examples} examples)")
     first, last = report.rounds[0], report.rounds[-1]
-    best = max(report.references, key=lambda r: r["rating"] or float("-inf"))
+    best = max(report.references, key=lambda r: r.rating or float("-inf"))
     print(f"\nlast round above round 0 beyond both CIs: {above(last, first)}")
-    print(f"last round above the best reference ({best['model']}) beyond both CIs: {above(last, best)}")
+    print(f"last round above the best reference ({best.model}) beyond both CIs: {above(last, best)}")
     return 0
 
 

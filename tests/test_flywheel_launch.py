@@ -261,5 +261,5 @@ def test_a_flywheel_round_trains_through_the_launcher_and_rates_the_model(tmp_pa
     assert job.data == str(stage / "train.jsonl") and len(Path(job.data).read_text().splitlines()) == 6
     assert "accelerate" in (stage / "launch.log").read_text().splitlines()[0]
     (rnd,) = report.rounds
-    assert rnd["model"] == "student-r0-sft" and rnd["sft_examples"] == 6 and rnd["train_loss"] is not None
-    assert rnd["rating"] is not None  # the launched model answered the test set and was rated
+    assert rnd.model == "student-r0-sft" and rnd.sft_examples == 6 and rnd.train_loss is not None
+    assert rnd.rating is not None  # the launched model answered the test set and was rated

@@ -18,6 +18,7 @@ from arena_learning.config import validate_config
 from arena_learning.errors import ConfigError
 from arena_learning.flywheel.rounds import task_slice
 from arena_learning.flywheel.settings import FlywheelConfig, SliceSpec
+from arena_learning.flywheel_state import load_state, state_path
 from arena_learning.tasks import generate_tasks
 
 from .conftest import ARENA
@@ -111,7 +112,7 @@ def killed_and_resumed(tmp_path_factory):
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-    state = json.loads((ws / "flywheel" / "state.json").read_text())
+    state = load_state(state_path(ws))
     with sqlite3.connect(ws / "arena.db") as db:
         ok_before = db.execute("SELECT COUNT(*) FROM calls WHERE status='ok'").fetchone()[0]
     # The rerun also asks for the selection ablation: the finished stages stay; the variants are trained beside them.
@@ -123,19 +124,19 @@ def killed_and_resumed(tmp_path_factory):
 @pytest.mark.slow
 def test_a_killed_flywheel_resumes_without_redoing_finished_stages(killed_and_resumed):
     k = killed_and_resumed
-    assert k["state_at_kill"]["stages"]["r0.0-sft"]["status"] == "done"
-    assert k["state_at_kill"]["stages"]["r1.0-sft"]["status"] == "started"
+    assert k["state_at_kill"].stages["r0.0-sft"].status == "done"
+    assert k["state_at_kill"].stages["r1.0-sft"].status == "started"
     second = k["second"]
     assert second.returncode == 0, second.stderr[-3000:]
     log = second.stderr
     assert "r0.0-sft: done in an earlier run" in log
     assert "resumed from" in log and "checkpoint-" in log
-    state = json.loads((k["ws"] / "flywheel" / "state.json").read_text())
-    r0, r1 = state["stages"]["r0.0-sft"], state["stages"]["r1.0-sft"]
-    assert r0["train"] == k["state_at_kill"]["stages"]["r0.0-sft"]["train"]  # not trained again
-    assert r1["status"] == "done" and r1["train"]["steps"] == 6 and r1["train"]["resumed_from"]
-    assert r1["examples"] == 9 and r1["trained_on"] == 6 + 9  # replay: round 0's harvest too
-    assert len(state["evaluations"]) == 2  # one per round, none repeated on resume
+    state = load_state(state_path(k["ws"]))
+    r0, r1 = state.stages["r0.0-sft"], state.stages["r1.0-sft"]
+    assert r0.train == k["state_at_kill"].stages["r0.0-sft"].train  # not trained again
+    assert r1.status == "done" and r1.train.steps == 6 and r1.train.resumed_from
+    assert r1.examples == 9 and r1.trained_on == 6 + 9  # replay: round 0's harvest too
+    assert len(state.evaluations) == 2  # one per round, none repeated on resume
     with sqlite3.connect(k["ws"] / "arena.db") as db:
         # Nothing that had succeeded was asked again.
         assert db.execute("SELECT COUNT(*) FROM calls WHERE status='ok' AND attempts > 1").fetchone()[0] == 0
@@ -194,3 +195,46 @@ def test_harvest_errors_are_clear(tmp_path):
     assert res.returncode == 2 and "no prompt set 'test'" in res.stderr
     res = subprocess.run([*ARENA, "harvest", str(tmp_path / "ws"), "--kind", "ppo"], capture_output=True, text=True)
     assert res.returncode == 2 and "use sft, dpo or rm" in res.stderr
+
+
+# ---- a user's flywheel mistakes: clear errors (exit 2) before anything runs --------------------------
+
+
+@pytest.mark.parametrize("override,message", [
+    ("pool.D0.seed=0", "pool.D0.seed: 0 is the test set's seed (tasks.seed)"),
+    ("tasks.seed=1000", "pool.D0.seed: 1000 (its default, 1000 + its position 0) is the test set's seed"),
+    ("pool.D1.categories=[arithmetic, nope]", "pool.D1.categories: Value error, unknown task categories ['nope']"),
+])
+def test_a_slice_that_would_train_on_test_prompts_or_nothing_is_refused_when_the_config_loads(tmp_path, override,
+                                                                                               message):
+    from typer.testing import CliRunner
+
+    from arena_learning.cli import app
+
+    data = json.loads(json.dumps(CONFIG))
+    del data["pool"]["D0"]["seed"]  # the default seed: 1000 + its position
+    cfg = tmp_path / "fw.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    ws = tmp_path / "ws"
+    for args in (["flywheel", str(cfg)], ["plan", str(cfg), "--flywheel"]):
+        res = CliRunner().invoke(app, [*args, "-w", str(ws), "--set", override])
+        assert res.exit_code == 2, res.output
+        assert message in res.output and "Traceback" not in res.output
+    assert not ws.exists()
+
+
+def test_an_empty_stored_slice_is_a_clear_error_of_flywheel_and_plan(tmp_path):
+    from typer.testing import CliRunner
+
+    from arena_learning.cli import app
+
+    cfg = tmp_path / "fw.yaml"
+    cfg.write_text(yaml.safe_dump({**CONFIG, "pool": {"D0": {"set": "pool/D1"}, "D1": CONFIG["pool"]["D1"]}}))
+    ws = tmp_path / "ws"
+    res = CliRunner().invoke(app, ["plan", str(cfg), "-w", str(ws)])
+    assert res.exit_code == 2 and "pool.D0.set: the prompt set 'pool/D1' is empty or missing in the workspace " \
+                                  "(there is none yet)" in res.output, res.output
+    res = CliRunner().invoke(app, ["flywheel", str(cfg), "-w", str(ws)])
+    assert res.exit_code == 2 and f"pool.D0.set: the prompt set 'pool/D1' is empty or missing in the workspace {ws}" \
+        in res.output, res.output
+    assert "arena pool build" in res.output

@@ -62,10 +62,15 @@ def config(url, **judge):
     })
 
 
+def battle(cfg, store):
+    """Judge as `arena battle` does: on the test set the config names."""
+    return pipeline.stage_battle(cfg, store, prompts=pipeline.stage_prompts(cfg, store), show_progress=False)
+
+
 def test_pairwise_judge_plays_both_orders_retries_and_counts_failures(tmp_path, judge_server):
     store = workspace(tmp_path)
     cfg = config(judge_server.url)
-    report = pipeline.stage_battle(cfg, store, show_progress=False)
+    report = battle(cfg, store)
     js = store.get_judgments("pj")
     # 4 prompts x 1 pair x 2 orders; p4 has two turns, judged one call per turn.
     assert sorted((j.prompt_id, j.model_a) for j in js) == sorted(
@@ -94,11 +99,11 @@ def test_pairwise_judge_plays_both_orders_retries_and_counts_failures(tmp_path, 
     # A rerun calls nothing: unparsable verdicts were real answers, kept in the ledger; more
     # tries need a larger `retries` (new seeds, so new calls).
     sent = len(judge_server.bodies)
-    again = pipeline.stage_battle(cfg, store, show_progress=False)
+    again = battle(cfg, store)
     assert len(judge_server.bodies) == sent
     assert again.stats["cached"] == 10 + 2 + 2 and again.stats["failed"] == 2
     assert again.stats["tokens_out"] == 14 * 20 and again.stats["new_tokens_out"] == 0
-    more = pipeline.stage_battle(config(judge_server.url, retries=2), store, show_progress=False)
+    more = battle(config(judge_server.url, retries=2), store)
     assert len(judge_server.bodies) == sent + 2 and more.stats["failed"] == 2
 
 
@@ -108,7 +113,7 @@ def test_a_failed_call_is_not_re_asked_with_retry_settings_and_retries_use_the_m
     store.put_answers([Answer(prompt_id="p5", model=m, turns=[f"from {m}"]) for m in ("good-model", "weak-model")])
     cfg = config(judge_server.url)
     cfg.judge.model.params.seed = 5
-    report = pipeline.stage_battle(cfg, store, show_progress=False)
+    report = battle(cfg, store)
     failing = [b for b in judge_server.bodies if "CALLFAILS" in b["messages"][-1]["content"]]
     assert [(b["seed"], b["temperature"]) for b in failing] == [(5, 0.0), (5, 0.0)]  # both orders, no retry
     assert {b["seed"] for b in judge_server.bodies} == {5, 6}  # parse retries: a new seed from the model's own
@@ -119,9 +124,9 @@ def test_a_failed_call_is_not_re_asked_with_retry_settings_and_retries_use_the_m
 
 def test_a_judge_rerun_with_other_settings_replaces_its_old_judgments(tmp_path, judge_server):
     store = workspace(tmp_path)
-    pipeline.stage_battle(config(judge_server.url), store, show_progress=False)
+    battle(config(judge_server.url), store)
     assert len(store.get_judgments("pj")) == 8
-    pipeline.stage_battle(config(judge_server.url, template="single"), store, show_progress=False)
+    battle(config(judge_server.url, template="single"), store)
     assert len(store.get_judgments("pj")) == 4  # one game per pair now; the old second orders are gone
 
 
@@ -129,7 +134,7 @@ def test_injection_attempt_is_flagged_in_the_judgment(tmp_path, judge_server):
     store = workspace(tmp_path)
     cfg = config(judge_server.url).model_copy(deep=True)
     cfg.models[1] = cfg.models[1].model_copy(update={"name": "sly-model"})
-    pipeline.stage_battle(cfg, store, show_progress=False)
+    battle(cfg, store)
     js = [j for j in store.get_judgments("pj") if j.prompt_id == "p1"]
     assert len(js) == 2
     for j in js:
@@ -140,7 +145,7 @@ def test_injection_attempt_is_flagged_in_the_judgment(tmp_path, judge_server):
 def test_single_grading_scores_each_answer_once(tmp_path, judge_server):
     store = workspace(tmp_path)
     cfg = config(judge_server.url, template="single", name="sj")
-    report = pipeline.stage_battle(cfg, store, show_progress=False)
+    report = battle(cfg, store)
     # 5 turns x 2 models, graded once each; one game per pair.
     assert report.stats["requests"] == 10
     js = [j for j in store.get_judgments("sj") if j.status == "ok"]
@@ -161,7 +166,7 @@ def test_panel_combines_its_members(tmp_path, judge_server):
             {"kind": "llm", "name": "pair2", "template": "pairwise", "both_orders": False, "model": model,
              "sampling": {"max_tokens": 100}, "retries": 0}]},
     })
-    pipeline.stage_battle(cfg, store, show_progress=False)
+    battle(cfg, store)
     panel = {j.prompt_id: j for j in store.get_judgments("panel")}
     assert set(panel) == {"p1", "p2", "p3", "p4"}
     assert panel["p1"].explanation == "majority of 3/3 judges" and panel["p1"].verdict == "model_a"
@@ -178,7 +183,7 @@ def test_a_cut_off_verdict_is_kept_marked_and_counted(tmp_path, judge_server):
     store = workspace(tmp_path)
     store.put_prompts("open", [*store.get_prompts("open"), Prompt(id="p5", turns=["Q five CUTOFF"])])
     store.put_answers([Answer(prompt_id="p5", model=m, turns=[f"a {m} answer"]) for m in ("good-model", "weak-model")])
-    report = pipeline.stage_battle(config(judge_server.url), store, show_progress=False)
+    report = battle(config(judge_server.url), store)
     p5 = [j for j in store.get_judgments("pj") if j.prompt_id == "p5"]
     assert len(p5) == 2 and all(j.status == "ok" and j.truncated == 1 for j in p5)
     assert all(j.truncated == 0 for j in store.get_judgments("pj") if j.prompt_id != "p5")

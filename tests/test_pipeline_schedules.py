@@ -33,12 +33,17 @@ def setup(tmp_path, schedule, **battles):
     return cfg, store
 
 
+def battle(cfg, store):
+    """Judge as `arena battle` does: on the test set the config names."""
+    return pipeline.stage_battle(cfg, store, prompts=pipeline.stage_prompts(cfg, store), show_progress=False)
+
+
 def test_all_baseline_and_target_schedules_pick_their_pairs(tmp_path):
     cfg, store = setup(tmp_path, "baseline", baseline="m05")
-    pairs = {(b.model_a, b.model_b) for b in pipeline.stage_battle(cfg, store, show_progress=False).battles}
+    pairs = {(b.model_a, b.model_b) for b in battle(cfg, store).battles}
     assert pairs == {(m, "m05") for m in SKILL if m != "m05"}
     cfg = cfg.model_copy(update={"battles": cfg.battles.model_copy(update={"schedule": "target", "target": "m00"})})
-    report = pipeline.stage_battle(cfg, store, show_progress=False)
+    report = battle(cfg, store)
     assert {(b.model_a, b.model_b) for b in report.battles} == {("m00", m) for m in SKILL if m != "m00"}
     assert len(report.battles) == 150 * 11
     # Battles are replaced, not accumulated, when the schedule changes.
@@ -47,10 +52,10 @@ def test_all_baseline_and_target_schedules_pick_their_pairs(tmp_path):
 
 def test_adaptive_schedule_ranks_like_the_round_robin_with_half_the_battles(tmp_path):
     cfg, store = setup(tmp_path, "all")
-    full = pipeline.stage_battle(cfg, store, show_progress=False)
+    full = battle(cfg, store)
     full_board = {r.model: r.rating for r in pipeline.stage_ratings(cfg, store)}
     cfg = cfg.model_copy(update={"battles": cfg.battles.model_copy(update={"schedule": "adaptive"})})
-    adaptive = pipeline.stage_battle(cfg, store, show_progress=False)
+    adaptive = battle(cfg, store)
     board = {r.model: r.rating for r in pipeline.stage_ratings(cfg, store)}
     assert len(adaptive.battles) <= len(full.battles) // 2
     models = sorted(SKILL)

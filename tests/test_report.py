@@ -55,7 +55,7 @@ def make_workspace(tmp_path):
             Answer(prompt_id=p.id, model=m, turns=[(p.reference[0] if rng.random() < s else "no idea")
                                                    + ("\n- a list item" if m == "mid" else "")])
             for p in prompts for m, s in skill.items())
-        pipeline.stage_battle(cfg, store, show_progress=False)
+        pipeline.stage_battle(cfg, store, prompts=prompts, show_progress=False)
         ratings = pipeline.stage_ratings(cfg, store)
     return ws, ratings
 

@@ -133,12 +133,12 @@ def test_ray_backend_errors_are_clear(tmp_path, cluster, monkeypatch):
                                                    "models.gemma-270m-0shot.model=/nonexistent/model.gguf"])
     with (Store(tmp_path / "ws") as store, scaled(cfg.scale),
           pytest.raises(EngineError, match="/nonexistent/model.gguf")):
-        pipeline.stage_answer(cfg, store, show_progress=False)
+        pipeline.stage_answer(cfg, store, prompts=pipeline.stage_prompts(cfg, store), show_progress=False)
     # More than the cluster has: an error that says what and what to do, not an actor pending forever.
     cfg = load_config_file(QUICKSTART, RunConfig, ["tasks.n=3", "scale.backend=ray", "scale.defaults.replicas=5"])
     with Store(tmp_path / "ws2") as store, scaled(cfg.scale), \
             pytest.raises(EngineError, match=r"need 5 CPU \(5 replicas\), the Ray cluster has 2 CPU"):
-        pipeline.stage_answer(cfg, store, show_progress=False)
+        pipeline.stage_answer(cfg, store, prompts=pipeline.stage_prompts(cfg, store), show_progress=False)
     monkeypatch.setitem(sys.modules, "ray", None)
     from arena_learning.scale.ray_backend import import_ray
 

@@ -64,7 +64,7 @@ def mt_bench_workspace(tmp_path, url, template="single"):
         prompts = pipeline.stage_prompts(cfg, store)
         store.put_answers(Answer(prompt_id=p.id, model=m, turns=grades(m, p))
                           for p in prompts for m in ("strong", "mid", "weak"))
-        pipeline.stage_battle(cfg, store, show_progress=False)
+        pipeline.stage_battle(cfg, store, prompts=prompts, show_progress=False)
     return ws, prompts
 
 
@@ -124,7 +124,7 @@ def test_verifier_scores_are_its_checker_grades_ten_for_a_right_answer(tmp_path)
         answers = [Answer(prompt_id=p.id, model=m, turns=[p.reference[0] if rng.random() < s else "no idea"])
                    for p in prompts for m, s in (("often", 0.8), ("seldom", 0.3))]
         store.put_answers(answers)
-        pipeline.stage_battle(cfg, store, show_progress=False)
+        pipeline.stage_battle(cfg, store, prompts=prompts, show_progress=False)
     right = {m: 10 * sum(a.turns[0] != "no idea" for a in answers if a.model == m) / len(prompts)
              for m in ("often", "seldom")}
     result = CliRunner().invoke(app, ["scores", str(ws), "--json", "-b", "0"])

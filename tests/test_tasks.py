@@ -93,7 +93,7 @@ def test_the_demo_test_set_holds_none_of_its_own_few_shot_examples():
     from arena_learning.config import RunConfig, load_config_file
 
     cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml", RunConfig)
-    shots = pipeline.few_shot_questions(cfg)
+    shots = pipeline.few_shot_questions(pipeline.run_models(cfg))
     assert "What is the capital of Japan?" in shots and len(shots) == 8
     plain = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed)
     assert {p.turns[0] for p in plain} & shots  # the seed does generate some of them

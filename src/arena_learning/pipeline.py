@@ -1,35 +1,49 @@
 """The stages of a run, each a function of (config, store): prompts -> answers -> battles -> ratings.
 
-The CLI runs them all (``arena run``) or one at a time. Each stage reads the
-previous stage's artifacts from the store, so any stage can be rerun alone; the
-ledger makes a rerun free.
+``run_stages`` runs them in their order (``arena run``, and the flywheel on each slice and on the
+test set); the CLI also runs them one at a time. Each stage reads the previous stage's artifacts
+from the store, so any stage can be rerun alone; the ledger makes a rerun free. The caller makes
+the prompts (``stage_prompts`` for the test set) and passes them to every stage.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import yaml
+from pydantic import BaseModel
 
 from .arena.answers import answer_prompts
 from .arena.battles import combine_games, plan_battles
-from .engines.calls import CallStats, make_progress
 from .arena.judges import Judge, PairTask, VerifierJudge
 from .arena.schedule import AdaptiveScheduler, run_schedule, schedule_pairs
-from .config import RunConfig, validate_config
-from .tasks import generate_tasks
+from .config import JudgeConfig, ModelSpec, RunConfig, validate_config
 from .engines import build_engine
+from .engines.calls import CallStats, make_progress
 from .errors import ArenaError
-from .records import Battle, Judgment, Prompt, Rating
+from .records import Answer, Battle, Judgment, Prompt, Rating
 from .store import DEFAULT_SET, Store
+from .tasks import generate_tasks
+
+if TYPE_CHECKING:
+    from .rating.lengthcontrol import LCWinRate
+    from .rating.style import StyleResult
 
 TEST_SET = DEFAULT_SET
 
 
-def workspace_for(cfg: RunConfig, override: str | Path | None = None) -> Path:
+class Named(Protocol):
+    """A config with a name and maybe a workspace: a run's or a flywheel's."""
+
+    name: str
+    workspace: str | None
+
+
+def workspace_for(cfg: Named, override: str | Path | None = None) -> Path:
     """Return the workspace directory: the CLI's, else the config's, else workspaces/<name>."""
     if override is not None:
         return Path(override)
@@ -38,11 +52,11 @@ def workspace_for(cfg: RunConfig, override: str | Path | None = None) -> Path:
     return Path("workspaces") / cfg.name
 
 
-def save_config(cfg: RunConfig, store: Store) -> None:
-    """Save the resolved config beside the results (YAML for people, JSON in the store)."""
+def save_config(cfg: BaseModel, store: Store, key: str = "config", file_name: str = "config.resolved.yaml") -> None:
+    """Save the resolved config beside the results: YAML for people (``file_name``), JSON in the store (``key``)."""
     data = cfg.model_dump(mode="json")
-    (store.root / "config.resolved.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    store.set_meta("config", data)
+    (store.root / file_name).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    store.set_meta(key, data)
 
 
 def load_saved_config(store: Store) -> RunConfig:
@@ -53,10 +67,14 @@ def load_saved_config(store: Store) -> RunConfig:
     return validate_config(data, RunConfig, f"the config saved in {store.root} (rerun `arena run` to refresh it)")
 
 
-def few_shot_questions(cfg: RunConfig) -> set[str]:
-    """Return every question shown as a few-shot example in a model's prompt format (contestants and judges)."""
-    specs = [*cfg.models, *(j.model for j in [cfg.judge, *cfg.judge.members] if j.model is not None)]
+def few_shot_questions(specs: Iterable[ModelSpec]) -> set[str]:
+    """Return every question shown as a few-shot example in the prompt formats of ``specs``."""
     return {q for spec in specs for q, _ in spec.prompt_format.few_shot}
+
+
+def run_models(cfg: RunConfig) -> list[ModelSpec]:
+    """Return every model of the run: the contestants, then the judges' models."""
+    return [*cfg.models, *(j.model for j in [cfg.judge, *cfg.judge.members] if j.model is not None)]
 
 
 def stage_prompts(cfg: RunConfig, store: Store) -> list[Prompt]:
@@ -71,7 +89,7 @@ def make_test_set(cfg: RunConfig, store: Store | None) -> list[Prompt]:
     src = cfg.prompts
     if src is None:
         prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, categories=cfg.tasks.categories,
-                                 exclude=few_shot_questions(cfg))
+                                 exclude=few_shot_questions(run_models(cfg)))
     elif src.set is not None:
         if store is None:
             raise ArenaError(f"prompts.set {src.set!r} is read from the workspace, and there is none yet: fill it "
@@ -99,17 +117,21 @@ class AnswerReport:
     incomplete: dict[str, int] = field(default_factory=dict)
 
 
-def stage_answer(cfg: RunConfig, store: Store, *, show_progress: bool = True,
-                 prompts: list[Prompt] | None = None, set_name: str = TEST_SET) -> AnswerReport:
-    """Have every contestant answer the test set (``prompts``, else made now); return call stats per model.
+def stage_answer(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_progress: bool = True,
+                 set_name: str = TEST_SET, skip: Collection[str] = (), fill_empty: bool = False) -> AnswerReport:
+    """Have every contestant (but those named in ``skip``) answer ``prompts``; return call stats per model.
 
     Answers are stored under ``set_name`` (the test set by default; a training slice's name in the flywheel).
+    ``fill_empty``: a prompt a model gave no answer to (its calls failed) gets an empty answer, which the
+    judge scores as such (the flywheel: a model that says nothing loses the prompt).
     """
-    prompts = prompts if prompts is not None else stage_prompts(cfg, store)
     report = AnswerReport()
+    todo = [spec for spec in cfg.models if spec.name not in skip]
+    if not todo:
+        return report
 
     async def go(progress) -> None:
-        for spec in cfg.models:
+        for spec in todo:
             if not spec.engine_kind.makes_calls:  # imported: its answers are in the store already
                 have = {a.prompt_id for a in store.get_answers(spec.name, set_name)}
                 missing = sum(1 for p in prompts if p.id not in have)
@@ -120,6 +142,8 @@ def stage_answer(cfg: RunConfig, store: Store, *, show_progress: bool = True,
             result = await answer_prompts(store, spec.name, engine, prompts, progress=progress, set_name=set_name)
             report.stats[spec.name] = result.stats
             report.incomplete[spec.name] = len(result.incomplete)
+            if fill_empty:
+                _fill_empty(store, spec.name, prompts, set_name)
 
     if show_progress:
         with make_progress() as progress:
@@ -129,9 +153,17 @@ def stage_answer(cfg: RunConfig, store: Store, *, show_progress: bool = True,
     # Kept for reports and for checking that a rerun sent only what the ledger lacked.
     store.set_meta(
         "answer_stats",
-        {name: {**vars(s), "errors": s.errors[:5], "incomplete": report.incomplete[name]} for name, s in report.stats.items()},
+        {name: {**vars(s), "errors": s.errors[:5], "incomplete": report.incomplete[name]}
+         for name, s in report.stats.items()},
     )
     return report
+
+
+def _fill_empty(store: Store, model: str, prompts: list[Prompt], set_name: str) -> None:
+    have = {a.prompt_id for a in store.get_answers(model, set_name)}
+    empty = [Answer(prompt_id=p.id, model=model, turns=[""] * len(p.turns)) for p in prompts if p.id not in have]
+    if empty:
+        store.put_answers(empty, set_name)
 
 
 @dataclass
@@ -152,10 +184,9 @@ def make_judge(cfg: RunConfig) -> Judge:
     return build_judge(cfg.judge)
 
 
-def stage_battle(cfg: RunConfig, store: Store, *, show_progress: bool = True,
-                 prompts: list[Prompt] | None = None, set_name: str = TEST_SET) -> BattleReport:
-    """Judge the scheduled pairs on the prompts both answered; store judgments and battles under ``set_name``."""
-    prompts = prompts if prompts is not None else stage_prompts(cfg, store)
+def stage_battle(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_progress: bool = True,
+                 set_name: str = TEST_SET) -> BattleReport:
+    """Judge the scheduled pairs on the ``prompts`` both answered; store judgments and battles under ``set_name``."""
     names = [m.name for m in cfg.models]
     ids = {p.id for p in prompts}
     answers = [a for a in store.get_answers(set_name=set_name) if a.model in set(names) and a.prompt_id in ids]
@@ -219,6 +250,40 @@ def _adaptive(cfg: RunConfig, prompts: list[Prompt], answers: list,
     return judgments, {m: n for m, n in missing.items() if n}
 
 
+@dataclass
+class RunResult:
+    answers: AnswerReport
+    battles: BattleReport
+    ratings: list[Rating] | None = None
+
+
+def run_stages(cfg: RunConfig, store: Store, prompts: list[Prompt], *, set_name: str = TEST_SET,
+               show_progress: bool = True, rate: bool = True, skip: Collection[str] = (), fill_empty: bool = False,
+               on_answers: Callable[[AnswerReport], None] | None = None,
+               on_battles: Callable[[BattleReport], None] | None = None) -> RunResult:
+    """Run the stages of a run on ``prompts`` in their order: answers, battles, then (``rate``) the leaderboard.
+
+    ``on_answers`` / ``on_battles`` get each stage's report as soon as it is done (the CLI prints it,
+    the flywheel keeps which models answered). ``skip`` and ``fill_empty`` are ``stage_answer``'s.
+    """
+    answers = stage_answer(cfg, store, prompts=prompts, show_progress=show_progress, set_name=set_name, skip=skip,
+                           fill_empty=fill_empty)
+    if on_answers is not None:
+        on_answers(answers)
+    battles = stage_battle(cfg, store, prompts=prompts, show_progress=show_progress, set_name=set_name)
+    if on_battles is not None:
+        on_battles(battles)
+    ratings = stage_ratings(cfg, store, set_name) if rate else None
+    return RunResult(answers=answers, battles=battles, ratings=ratings)
+
+
+def stage_usage(cfg: RunConfig, store: Store) -> list[dict]:
+    """Return ``usage`` and keep it in the store (meta ``usage``)."""
+    rows = usage(cfg, store)
+    store.set_meta("usage", rows)
+    return rows
+
+
 def usage(cfg: RunConfig, store: Store) -> list[dict]:
     """Return calls, tokens in/out and cost of each contestant and judge behind the stored results.
 
@@ -230,7 +295,7 @@ def usage(cfg: RunConfig, store: Store) -> list[dict]:
     current = {p.id for p in store.get_prompts(TEST_SET)}
     rows = []
 
-    def row(role: str, name: str, spec, calls: int, tin: int, tout: int) -> None:  # noqa: ANN001
+    def row(role: str, name: str, spec: ModelSpec | None, calls: int, tin: int, tout: int) -> None:
         cost = (tin * spec.price_in + tout * spec.price_out) / 1e6 if spec is not None else 0.0
         rows.append({"role": role, "name": name, "calls": calls, "tokens_in": tin, "tokens_out": tout, "cost": cost})
 
@@ -245,26 +310,30 @@ def usage(cfg: RunConfig, store: Store) -> list[dict]:
     return rows
 
 
-def stage_ratings(cfg: RunConfig, store: Store) -> list[Rating]:
-    """Return the leaderboard of the stored battles."""
-    from .rating.bt import leaderboard
-
-    battles = store.get_battles(cfg.judge.name)
+def stored_battles(cfg: RunConfig, store: Store, set_name: str = TEST_SET) -> list[Battle]:
+    """Return the battles of the run's judge on ``set_name``; none is an error that says which command makes them."""
+    battles = store.get_battles(cfg.judge.name, set_name)
     if not battles:
         raise ArenaError(f"{store.root} has no battles yet: run `arena battle` (or `arena run`) first")
+    return battles
+
+
+def stage_ratings(cfg: RunConfig, store: Store, set_name: str = TEST_SET) -> list[Rating]:
+    """Return the leaderboard of the stored battles (of the test set, or of ``set_name``)."""
+    from .rating.bt import leaderboard
+
+    battles = stored_battles(cfg, store, set_name)
     r = cfg.ratings
     return leaderboard(
         battles, anchor=r.anchor, anchor_rating=r.anchor_rating, bootstrap=r.bootstrap, resample=r.resample, seed=r.seed
     )
 
 
-def stage_style_control(cfg: RunConfig, store: Store):  # noqa: ANN201 - rating.style.StyleResult
+def stage_style_control(cfg: RunConfig, store: Store) -> StyleResult:
     """Return ratings with and without style control (length, headers, lists, bold of the answers)."""
     from .rating.style import style_control, style_features
 
-    battles = store.get_battles(cfg.judge.name)
-    if not battles:
-        raise ArenaError(f"{store.root} has no battles yet: run `arena battle` (or `arena run`) first")
+    battles = stored_battles(cfg, store)
     text = {(a.prompt_id, a.model): "\n\n".join(a.turns) for a in store.get_answers()}
     features_a = style_features([text.get((b.prompt_id, b.model_a), "") for b in battles])
     features_b = style_features([text.get((b.prompt_id, b.model_b), "") for b in battles])
@@ -279,7 +348,7 @@ def workspace_board(path: str | Path) -> list[Rating]:
         return stage_ratings(load_saved_config(store), store)
 
 
-def scoring_judge(cfg: RunConfig, name: str | None = None):  # noqa: ANN201 - JudgeConfig
+def scoring_judge(cfg: RunConfig, name: str | None = None) -> JudgeConfig:
     """Return the config of the judge named ``name`` (default: the run's) if it grades answers alone.
 
     Absolute scores need grades of single answers: a ``single``-mode judge folder (MT-Bench
@@ -333,28 +402,26 @@ def stage_scores(cfg: RunConfig | None, store: Store, judge: str | None = None, 
     return name, score_table(judgments, prompts, bootstrap=bootstrap, seed=seed, turn_of=split_turn)
 
 
-def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap: int = 200):  # noqa: ANN201
+def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap: int = 200) -> list[LCWinRate]:
     """Return rating.lengthcontrol.LCWinRate rows: raw and length-controlled win rates against ``reference``."""
     from .rating.lengthcontrol import lc_win_rates
 
-    battles = store.get_battles(cfg.judge.name)
-    if not battles:
-        raise ArenaError(f"{store.root} has no battles yet: run `arena battle` (or `arena run`) first")
+    battles = stored_battles(cfg, store)
     players = {m for b in battles for m in (b.model_a, b.model_b)}
     if reference not in players:
-        raise ArenaError(f"the reference {reference!r} played no battle here; the models are {', '.join(sorted(players))}")
+        raise ArenaError(f"the reference {reference!r} played no battle here; the models are "
+                         f"{', '.join(sorted(players))}")
     # AlpacaEval measures length in characters of the output; a multi-turn answer counts all its turns
     lengths = {(a.prompt_id, a.model): float(sum(len(t) for t in a.turns)) for a in store.get_answers()}
     return lc_win_rates(battles, lengths, reference, bootstrap=bootstrap, seed=cfg.ratings.seed)
 
 
-def stage_group_boards(cfg: RunConfig, store: Store, by: str, *, bootstrap: int | None = None):  # noqa: ANN201
+def stage_group_boards(cfg: RunConfig, store: Store, by: str, *, bootstrap: int | None = None
+                       ) -> tuple[dict[str, list[Rating]], dict[str, str]]:
     """Return (group -> leaderboard, group -> why it has none) of the test set's battles grouped ``by``."""
     from .rating.groups import group_boards
 
-    battles = store.get_battles(cfg.judge.name)
-    if not battles:
-        raise ArenaError(f"{store.root} has no battles yet: run `arena battle` (or `arena run`) first")
+    battles = stored_battles(cfg, store)
     r = cfg.ratings
     return group_boards(battles, store.get_prompts(TEST_SET), by, anchor=r.anchor, anchor_rating=r.anchor_rating,
                         bootstrap=r.bootstrap if bootstrap is None else bootstrap, resample=r.resample, seed=r.seed)

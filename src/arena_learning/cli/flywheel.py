@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -18,8 +18,13 @@ from rich.table import Table
 
 from ..config import load_config_file
 from ..errors import ArenaError
+from ..flywheel_state import RatedModel, RoundRow, StageRecord
 from ..store import DEFAULT_SET, Store
 from .errors import user_errors
+from .options import ray_overrides
+
+if TYPE_CHECKING:
+    from ..flywheel.rounds import FlywheelReport
 
 console = Console()
 err_console = Console(stderr=True)
@@ -48,30 +53,30 @@ def register(app: typer.Typer) -> None:
     app.command("harvest", help=HARVEST_HELP)(harvest_command)
 
 
-def _fmt(x: Optional[float], digits: int = 1) -> str:
+def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def _ci(row: dict) -> str:
-    if row.get("ci_low") is None or row.get("ci_high") is None:
+def _ci(row: RatedModel | RoundRow | StageRecord) -> str:
+    if row.ci_low is None or row.ci_high is None:
         return "-"
-    return f"{row['ci_low']:.0f}..{row['ci_high']:.0f}"
+    return f"{row.ci_low:.0f}..{row.ci_high:.0f}"
 
 
-def print_report(report) -> None:  # noqa: ANN001 - flywheel.rounds.FlywheelReport
+def print_report(report: FlywheelReport) -> None:
     """Print the round table, the stages, the references and the data harvested per reference model."""
     t = Table(title="flywheel rounds", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("round", "model", "rating", "95% CI", "sft", "dpo", "rm", "train loss"):
         t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
     if report.base is not None:
         b = report.base
-        t.add_row("start", b["model"], _fmt(b["rating"]), _ci(b), "", "", "", "")
+        t.add_row("start", b.model, _fmt(b.rating), _ci(b), "", "", "", "")
     for r in report.rounds:
-        t.add_row(str(r["round"]), r["model"], _fmt(r["rating"]), _ci(r), str(r["sft_examples"]), str(r["dpo_pairs"]),
-                  str(r["rm_pairs"]), _fmt(r["train_loss"], 3))
+        t.add_row(str(r.round), r.model, _fmt(r.rating), _ci(r), str(r.sft_examples), str(r.dpo_pairs),
+                  str(r.rm_pairs), _fmt(r.train_loss, 3))
     wide.print(t)
     rows = [*report.stages, *report.ablations]
-    show_sel = any(s["selection"] != "pair_judge" for s in rows)
+    show_sel = any(s.selection != "pair_judge" for s in rows)
     t = Table(title="stages (data: harvested / trained on; times: answering and judging the slice, training)",
               title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     # The model of stage rR.I-KIND is TARGET-rR-KIND (the round table's names); ablations add -SELECTION.
@@ -79,20 +84,20 @@ def print_report(report) -> None:  # noqa: ANN001 - flywheel.rounds.FlywheelRepo
                 "s/step", "loss", "judge s", "train s"):
         t.add_column(col, justify="left" if col in ("stage", "selection", "slice") else "right", no_wrap=True)
     for s in rows:
-        sec = s.get("seconds") or {}
-        data = str(s["examples"]) + (f"/{s['trained_on']}" if s.get("trained_on", s["examples"]) != s["examples"] else "")
-        t.add_row(s["key"], s["slice"], *([s["selection"]] if show_sel else []),
-                  _fmt(s["rating"]) if s["status"] == "done" else f"({s['status']})", _ci(s), data,
-                  str(s["steps"] or "-"), _fmt(s["s_per_step"], 2), _fmt(s["train_loss"], 3),
-                  _fmt(sec.get("answer_battle")), _fmt(sec.get("train")))
+        data = str(s.examples) + (f"/{s.trained_on}" if s.trained_on not in (None, s.examples) else "")
+        steps = s.train.steps if s.train is not None else None
+        t.add_row(s.key, s.slice, *([s.selection] if show_sel else []),
+                  _fmt(s.rating) if s.status == "done" else f"({s.status})", _ci(s), data,
+                  str(steps or "-"), _fmt(s.train.s_per_step if s.train is not None else None, 2),
+                  _fmt(s.train_loss, 3), _fmt(s.seconds.answer_battle), _fmt(s.seconds.train))
     wide.print(t)
     t = Table(title="references", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("model", "rating", "95% CI"):
         t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
-    for r in report.references:
-        t.add_row(r["model"], _fmt(r["rating"]), _ci(r))
+    for ref in report.references:
+        t.add_row(ref.model, _fmt(ref.rating), _ci(ref))
     wide.print(t)
-    models = sorted({m for s in report.stages for m in (s.get("by_model") or {})})
+    models = sorted({m for s in report.stages for m in s.by_model})
     if models:
         t = Table(title="data harvested per model (SFT: the winner that supplied the answer; pairs: the chosen "
                   "answer's model)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
@@ -100,31 +105,31 @@ def print_report(report) -> None:  # noqa: ANN001 - flywheel.rounds.FlywheelRepo
         for m in models:
             t.add_column(m, justify="right", no_wrap=True)
         for s in report.stages:
-            t.add_row(s["key"], *[str((s.get("by_model") or {}).get(m, 0)) for m in models])
+            t.add_row(s.key, *[str(s.by_model.get(m, 0)) for m in models])
         wide.print(t)
 
 
 @user_errors
 def flywheel_command(
     config: Annotated[Path, typer.Argument(help="YAML flywheel config (see examples/flywheel.yaml)")],
-    workspace: Annotated[Optional[Path], typer.Option("--workspace", "-w", help="workspace directory (default: the "
+    workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="workspace directory (default: the "
                                                       "config's, or workspaces/NAME)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the round table as JSON")] = False,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="override a config field, e.g. --set "
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a config field, e.g. --set "
                                                       "training.sft.epochs=1 (repeatable)")] = None,
-    baselines: Annotated[Optional[str], typer.Option(help="comma-separated selection baselines (all, random, "
+    baselines: Annotated[str | None, typer.Option(help="comma-separated selection baselines (all, random, "
                                                      "longest) trained side by side for the ablation")] = None,
     print_launch: Annotated[bool, typer.Option("--print-launch", help="print the command that trains each stage "
                                                "(training.launch: inprocess, accelerate or torchrun) and exit; "
                                                "runs nothing")] = False,
-    ray: Annotated[Optional[str], typer.Option("--ray", help="run the battles' model calls in engine actors on a "
+    ray: Annotated[str | None, typer.Option("--ray", help="run the battles' model calls in engine actors on a "
                                                "Ray cluster: its address ('auto', 'ray://host:10001') or 'local'; "
                                                "see scale: in the config")] = None,
 ) -> None:
     from ..flywheel.rounds import launch_plan, run_flywheel, save_flywheel_config
     from ..flywheel.settings import BASELINES, FlywheelConfig
+    from ..pipeline import workspace_for
     from ..scale import scaled
-    from .main import ray_overrides
 
     cfg = load_config_file(config, FlywheelConfig, [*(set_ or []), *ray_overrides(ray)])
     chosen = None
@@ -133,7 +138,7 @@ def flywheel_command(
         bad = [b for b in chosen if b not in BASELINES]
         if bad:
             raise ArenaError(f"--baselines: unknown {', '.join(bad)}; use any of {', '.join(BASELINES)}")
-    ws = workspace or (Path(cfg.workspace) if cfg.workspace else Path("workspaces") / cfg.name)
+    ws = workspace_for(cfg, workspace)
     if print_launch:
         print_launch_plan(launch_plan(cfg, ws, chosen), json_out)
         return
@@ -150,7 +155,7 @@ def flywheel_command(
 
     try:
         err_console.print(f"report: {write_report(ws)}")
-    except Exception as err:  # noqa: BLE001 - any failure of an optional stage is reported, never fatal
+    except Exception as err:
         err_console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
                           f"are kept in {ws}; retry with `arena report {ws}`", highlight=False)
 
@@ -175,21 +180,24 @@ def print_launch_plan(rows: list[dict], json_out: bool) -> None:
 def harvest_command(
     workspace: Annotated[Path, typer.Argument(help="an arena or flywheel workspace")],
     kind: Annotated[str, typer.Option("--kind", help="sft, dpo or rm")] = "sft",
-    out: Annotated[Path, typer.Option("--out", "-o", help="output: FILE.jsonl, FILE.parquet or a folder (HF dataset)")] = Path("harvest.jsonl"),
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", help="output: FILE.jsonl, FILE.parquet or a folder (HF dataset)")] = Path("harvest.jsonl"),
     set_name: Annotated[str, typer.Option("--set", help="the prompt set whose battles to harvest (a flywheel slice "
                                           "is flywheel/NAME)")] = DEFAULT_SET,
-    target: Annotated[Optional[str], typer.Option(help="sft: the model trained (default: the run's battles.target)")] = None,
-    models: Annotated[Optional[str], typer.Option(help="comma-separated models: sft: the references (default: all "
-                                                  "others); dpo/rm: the models whose answers pair up (default: all)")] = None,
-    judge: Annotated[Optional[str], typer.Option(help="the judge whose battles to use (default: the only one)")] = None,
+    target: Annotated[str | None, typer.Option(
+        help="sft: the model trained (default: the run's battles.target)")] = None,
+    models: Annotated[str | None, typer.Option(
+        help="comma-separated models: sft: the references (default: all others); dpo/rm: the models whose answers "
+             "pair up (default: all)")] = None,
+    judge: Annotated[str | None, typer.Option(help="the judge whose battles to use (default: the only one)")] = None,
     selection: Annotated[str, typer.Option(help="pair_judge, or a baseline: all, random, longest")] = "pair_judge",
     threshold: Annotated[float, typer.Option(help="sft: the target lost by more than this score gap")] = 0.0,
     k: Annotated[float, typer.Option("--k", help="dpo/rm: drop pairs whose score gap is at most K")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed of the random baseline")] = 0,
-    fmt: Annotated[Optional[str], typer.Option("--format", help="jsonl, parquet or hf (default: by --out)")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="jsonl, parquet or hf (default: by --out)")] = None,
 ) -> None:
     from ..flywheel.export import export_items
-    from ..flywheel.harvest import per_model_counts, select_pairs, select_sft
+    from ..flywheel.harvest import PreferenceItem, SFTItem, per_model_counts, select_pairs, select_sft
 
     if kind not in ("sft", "dpo", "rm"):
         raise ArenaError(f"--kind {kind!r}: use sft, dpo or rm")
@@ -205,7 +213,8 @@ def harvest_command(
     if not battles:
         raise ArenaError(f"{workspace} has no battles in set {set_name!r}" + (f" by judge {judge!r}" if judge else ""))
     if len(judges) > 1:
-        raise ArenaError(f"battles of several judges ({', '.join(judges)}) in set {set_name!r}: choose one with --judge")
+        raise ArenaError(f"battles of several judges ({', '.join(judges)}) in set {set_name!r}: choose one with "
+                         "--judge")
     in_battles = {m for b in battles for m in (b.model_a, b.model_b)}
     order = [m["name"] for m in saved.get("models", []) if m.get("name") in in_battles]
     order += sorted(in_battles - set(order))
@@ -216,10 +225,12 @@ def harvest_command(
     if kind == "sft":
         target = target or (saved.get("battles") or {}).get("target")
         if target is None or target not in in_battles:
-            raise ArenaError(f"--target: give the model trained (models with battles in {set_name!r}: {', '.join(order)})")
+            raise ArenaError(f"--target: give the model trained (models with battles in {set_name!r}: "
+                             f"{', '.join(order)})")
         refs = chosen or [m for m in order if m != target]
-        items = select_sft(selection, prompts, answers, battles, target=target, references=refs, threshold=threshold,
-                           seed=seed, slice_name=set_name)
+        items: list[SFTItem] | list[PreferenceItem] = select_sft(
+            selection, prompts, answers, battles, target=target, references=refs, threshold=threshold, seed=seed,
+            slice_name=set_name)
     else:
         items = select_pairs(selection, prompts, answers, battles, models=chosen or order, k=k, seed=seed,
                              slice_name=set_name)

@@ -13,14 +13,15 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import pipeline
-from ..engines.calls import CallStats
 from ..config import ModelsFile, RunConfig, load_config_file
-from .errors import user_errors
-from .tables import print_leaderboard
+from ..engines.calls import CallStats
 from ..errors import ArenaError
 from ..records import Rating
 from ..scale import scaled
 from ..store import Store
+from .errors import user_errors
+from .options import ray_overrides
+from .tables import print_leaderboard
 
 app = typer.Typer(
     help="Arena Learning: an offline machine-judged chatbot arena and the training-data flywheel on its battles.",
@@ -35,7 +36,8 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run config (see examples/quickstart.yaml)")]
 WorkspaceOpt = Annotated[
-    Path | None, typer.Option("--workspace", "-w", help="workspace directory (default: the config's, or workspaces/NAME)")
+    Path | None,
+    typer.Option("--workspace", "-w", help="workspace directory (default: the config's, or workspaces/NAME)")
 ]
 SetOpt = Annotated[
     list[str] | None, typer.Option("--set", help="override a config field, e.g. --set tasks.n=90 (repeatable)")
@@ -46,13 +48,6 @@ RayOpt = Annotated[
 ]
 
 
-def ray_overrides(address: str | None) -> list[str]:
-    """Return the config overrides that ``--ray ADDRESS`` stands for."""
-    if address is None:
-        return []
-    return ["scale.backend=ray", f"scale.address={'null' if address == 'local' else address}"]
-
-
 def _open(config: Path, workspace: Path | None, overrides: list[str] | None,
           ray: str | None = None) -> tuple[RunConfig, Store]:
     cfg = load_config_file(config, RunConfig, [*(overrides or []), *ray_overrides(ray)])
@@ -61,7 +56,7 @@ def _open(config: Path, workspace: Path | None, overrides: list[str] | None,
     return cfg, store
 
 
-def print_call_stats(report: pipeline.AnswerReport, store: Store) -> None:
+def print_call_stats(report: pipeline.AnswerReport) -> None:
     table = Table(title="model calls", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     width = max((len(n) for n in report.stats), default=5)
     for col in ("model", "cached", "sent", "ok", "failed", "empty", "cut off", "tok in", "tok out", "incomplete"):
@@ -90,17 +85,16 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None, 
         prompts = pipeline.stage_prompts(cfg, store)
         source = "the built-in task suite" if cfg.prompts is None else (cfg.prompts.set or cfg.prompts.path)
         err_console.print(f"test set: {len(prompts)} prompts from {source}; workspace {store.root}")
-        report = pipeline.stage_answer(cfg, store, prompts=prompts)
-        print_call_stats(report, store)
-        print_battle_report(cfg, pipeline.stage_battle(cfg, store, prompts=prompts), store)
-        ratings = pipeline.stage_ratings(cfg, store)
-    _emit_board(ratings, json_out)
+        result = pipeline.run_stages(
+            cfg, store, prompts, on_answers=print_call_stats,
+            on_battles=lambda report: print_battle_report(cfg, report, pipeline.stage_usage(cfg, store)))
+    _emit_board(result.ratings or [], json_out)
     # The report is optional: if it fails, the finished results stay in the workspace and the run succeeds.
     from ..report.html import write_report
 
     try:
         err_console.print(f"report: {write_report(store.root)}")
-    except Exception as err:  # noqa: BLE001 - any failure of an optional stage is reported, never fatal
+    except Exception as err:
         err_console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
                           f"are kept in {store.root}; retry with `arena report {store.root}`", highlight=False,
                           soft_wrap=True)
@@ -112,7 +106,7 @@ def answer(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = Non
     """Have every contestant answer the test set (cached in the ledger)."""
     cfg, store = _open(config, workspace, set_, ray)
     with store, scaled(cfg.scale):
-        print_call_stats(pipeline.stage_answer(cfg, store), store)
+        print_call_stats(pipeline.stage_answer(cfg, store, prompts=pipeline.stage_prompts(cfg, store)))
 
 
 @app.command()
@@ -121,11 +115,11 @@ def battle(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = Non
     """Judge every pair of contestants on every prompt they both answered."""
     cfg, store = _open(config, workspace, set_, ray)
     with store, scaled(cfg.scale):
-        report = pipeline.stage_battle(cfg, store)
-        print_battle_report(cfg, report, store)
+        report = pipeline.stage_battle(cfg, store, prompts=pipeline.stage_prompts(cfg, store))
+        print_battle_report(cfg, report, pipeline.stage_usage(cfg, store))
 
 
-def print_battle_report(cfg: RunConfig, report: pipeline.BattleReport, store: Store) -> None:
+def print_battle_report(cfg: RunConfig, report: pipeline.BattleReport, usage: list[dict]) -> None:
     err_console.print(f"battles: {len(report.battles)} from {report.judged} judgments by {cfg.judge.name}")
     if report.stats is not None:
         s = report.stats
@@ -135,13 +129,11 @@ def print_battle_report(cfg: RunConfig, report: pipeline.BattleReport, store: St
             f"{s['flagged']} judgments with an answer that addresses the judge", highlight=False)
     for model, n in report.missing.items():
         err_console.print(f"[yellow]{model}: {n} pairings skipped for want of an answer (rerun `arena answer`)")
-    print_usage(cfg, store)
+    print_usage(usage)
 
 
-def print_usage(cfg: RunConfig, store: Store) -> None:
-    """Print calls, tokens in/out and cost per contestant and judge, and keep them in the store."""
-    rows = pipeline.usage(cfg, store)
-    store.set_meta("usage", rows)
+def print_usage(rows: list[dict]) -> None:
+    """Print calls, tokens in/out and cost per contestant and judge (``pipeline.usage``'s rows)."""
     table = Table(title="tokens and cost (every call behind the results)", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("role", "model", "calls", "tokens in", "tokens out", "cost"):
         table.add_column(col, justify="left" if col in ("role", "model") else "right", no_wrap=True)
@@ -154,8 +146,9 @@ def print_usage(cfg: RunConfig, store: Store) -> None:
 @app.command("import-answers")
 @user_errors
 def import_answers(
-    files: Annotated[list[Path], typer.Argument(help="answer files: arena-hard model_answer, MT-Bench model_answer, AlpacaEval model_outputs "
-                                                     "(instruction, output, generator), or {prompt_id, model, turns} JSONL")],
+    files: Annotated[list[Path], typer.Argument(
+        help="answer files: arena-hard model_answer, MT-Bench model_answer, AlpacaEval model_outputs "
+             "(instruction, output, generator), or {prompt_id, model, turns} JSONL")],
     workspace: Annotated[Path, typer.Option("--workspace", "-w", help="workspace to store the answers in")],
     model: Annotated[str | None, typer.Option(help="model name for every answer (default: the file's own)")] = None,
 ) -> None:
@@ -166,7 +159,8 @@ def import_answers(
     if not report.answers:
         first = f"; first problem: {report.skipped[0]}" if report.skipped else ""
         raise ArenaError(f"no answers in {', '.join(map(str, files))} ({len(report.skipped)} records skipped{first}): "
-                         "nothing was imported; give arena-hard, MT-Bench, AlpacaEval or {prompt_id, model, turns} records")
+                         "nothing was imported; give arena-hard, MT-Bench, AlpacaEval or {prompt_id, model, turns} "
+                         "records")
     with Store(workspace) as store:
         store.put_answers(report.answers)
         known = {p.id for s in store.prompt_sets() for p in store.get_prompts(s)}
@@ -190,15 +184,17 @@ def import_answers(
 def leaderboard(
     workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
     json_out: Annotated[bool, typer.Option("--json", help="print the ratings as JSON")] = False,
-    by: Annotated[str | None, typer.Option("--by", help="one board per category, cluster or subset of the prompts "
-                                           "(subset: the test set's diverse/hard halves, else the ingest source)")] = None,
+    by: Annotated[str | None, typer.Option(
+        "--by", help="one board per category, cluster or subset of the prompts (subset: the test set's diverse/hard "
+                     "halves, else the ingest source)")] = None,
     csv: Annotated[Path | None, typer.Option("--csv", help="also write the ratings to this CSV file")] = None,
     style_control: Annotated[bool, typer.Option(
         "--style-control", help="also fit ratings controlled for answer length, headers, lists and bold")] = False,
     baseline: Annotated[str | None, typer.Option(
         help="arena-hard's headline instead: each model's win rate against this model, bootstrap 95% CI")] = None,
     judge: Annotated[str | None, typer.Option(
-        help="whose battles (default: the run's judge); imported judgments (`arena import-judgments`) need no run")] = None,
+        help="whose battles (default: the run's judge); imported judgments (`arena import-judgments`) need no "
+             "run")] = None,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
     if baseline is not None or judge is not None:
@@ -233,7 +229,8 @@ def leaderboard(
 @user_errors
 def winrates(
     workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
-    anchor: Annotated[str | None, typer.Option(help="also give each model's predicted win rate against this model")] = None,
+    anchor: Annotated[str | None, typer.Option(
+        help="also give each model's predicted win rate against this model")] = None,
     k: Annotated[float, typer.Option("--elo-k", help="K of the online Elo shown for comparison")] = 4.0,
     json_out: Annotated[bool, typer.Option("--json", help="print everything as one JSON object")] = False,
 ) -> None:
@@ -298,7 +295,8 @@ def winrates(
 @user_errors
 def report(
     workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file to write (default: WORKSPACE/report.html)")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="HTML file to write (default: WORKSPACE/report.html)")] = None,
 ) -> None:
     """Write the HTML report: leaderboard with CIs, style control, win matrix, judge audit, tokens and cost."""
     from ..report.html import write_report
@@ -312,18 +310,21 @@ def _style_board(workspace: Path, json_out: bool) -> None:
         result = pipeline.stage_style_control(pipeline.load_saved_config(store), store)
     rows = result.to_rows()
     if json_out:
-        sys.stdout.write(json.dumps({"ratings": rows, "style_coefficients": result.coefficient_table()}, indent=2) + "\n")
+        out = {"ratings": rows, "style_coefficients": result.coefficient_table()}
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
     table = Table(title="leaderboard with and without style control", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("model", "rating", "controlled", "95% CI", "rank", "delta"):
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
     for r in rows:
-        ci = f"{r['ci_low_controlled']:.0f}..{r['ci_high_controlled']:.0f}" if r["ci_low_controlled"] is not None else "-"
+        ci = f"{r['ci_low_controlled']:.0f}..{r['ci_high_controlled']:.0f}" \
+            if r["ci_low_controlled"] is not None else "-"
         table.add_row(str(r["model"]), f"{r['rating']:.1f}", f"{r['rating_controlled']:.1f}", ci,
                       f"{r['rank']} -> {r['rank_controlled']}", f"{r['delta']:+.1f}")
     console.print(table)
     coefs = ", ".join(f"{k} {v:+.3f}" for k, v in result.coefficient_table().items())
-    console.print(f"style coefficients (log-odds per SD of the normalised difference; + means the judge prefers more): {coefs}")
+    console.print("style coefficients (log-odds per SD of the normalised difference; + means the judge prefers "
+                  f"more): {coefs}")
     for w in result.warnings:
         err_console.print(f"[yellow]{w}")
 
@@ -347,7 +348,8 @@ def serve(
     api_key_env: Annotated[str | None, typer.Option(
         "--api-key-env", help="require 'Authorization: Bearer KEY', KEY read from this environment variable")] = None,
     faults: Annotated[str | None, typer.Option(
-        help="inject faults for reliability tests, e.g. 'all=0.3;seed=1' or '429=0.1,reset=0.05,null_content=0.05'")] = None,
+        help="inject faults for reliability tests, e.g. 'all=0.3;seed=1' or "
+             "'429=0.1,reset=0.05,null_content=0.05'")] = None,
 ) -> None:
     """Serve a configured model over an OpenAI-compatible HTTP API."""
     import os
@@ -432,7 +434,8 @@ def forget(
 @app.command()
 @user_errors
 def vacuum(workspace: Annotated[Path, typer.Argument(help="workspace directory")]) -> None:
-    """Drop superseded rows (answers, judgments, battles of prompts no longer in their set; failed calls) and shrink arena.db."""
+    """Drop superseded rows (answers, judgments, battles of prompts no longer in their set; failed calls) and shrink
+    arena.db."""
     with Store(workspace, create=False) as store:
         n = store.vacuum()
     err_console.print(
@@ -442,7 +445,8 @@ def vacuum(workspace: Annotated[Path, typer.Argument(help="workspace directory")
 
 @app.command()
 def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False) -> None:
-    """Print what a bug report needs: Python, OS, CPU flags, the llama.cpp build and a smoke generation, torch, the bundled model."""
+    """Print what a bug report needs: Python, OS, CPU flags, the llama.cpp build and a smoke generation, torch, the
+    bundled model."""
     from ..engines.doctor import diagnose
 
     report = diagnose()
@@ -457,9 +461,11 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the repo
             ("cpu flags", " ".join(report["cpu"]["flags"]) or "-"),
             ("llama-cpp-python", f"{lc['version']} in {lc['library_dir']}"),
             ("llama.cpp build", lc["system_info"] or "-"),
-            ("portable build", {True: "yes (no AVX-512/AMX code)", False: "no: built with " + ", ".join(lc["wide_features"]),
+            ("portable build", {True: "yes (no AVX-512/AMX code)",
+                                False: "no: built with " + ", ".join(lc["wide_features"]),
                                 None: "unknown"}[lc["portable"]]),
-            ("smoke generation", f"ok in {smoke['seconds']} s: {smoke['text']!r}" if smoke["ok"] else f"FAILED: {smoke['error']}"),
+            ("smoke generation",
+             f"ok in {smoke['seconds']} s: {smoke['text']!r}" if smoke["ok"] else f"FAILED: {smoke['error']}"),
             ("torch", f"{report['torch'].get('version')}, {report['torch'].get('threads')} threads"
              if report["torch"]["installed"] else "not installed"),
             ("bundled model", f"{report['bundled_model'].get('path')} ({report['bundled_model'].get('identity')})"
@@ -476,18 +482,19 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the repo
 
 
 def _register_extensions() -> None:
-    from . import audit as audit_commands
-    from . import curate as curate_commands
-    from . import rating as rating_commands
+    # the command modules get the app through this call: none of them imports cli.main
+    from .audit import register as register_audit
+    from .curate import register as register_curate
+    from .flywheel import register as register_flywheel
+    from .peers import register as register_peers
+    from .plan import register as register_plan
+    from .rating import register as register_rating
+    from .scores import register as register_scores
+    from .view import register as register_view
 
-    rating_commands.register(app)
-    curate_commands.register(app)
-    audit_commands.register(app)
-    from .view import register as register_view; register_view(app)  # noqa: E702
-    from .scores import register as register_scores; register_scores(app)  # noqa: E702
-    from .flywheel import register as register_flywheel; register_flywheel(app)  # noqa: E702
-    from .plan import register as register_plan; register_plan(app)  # noqa: E702
-    from .peers import register as register_peers; register_peers(app)  # noqa: E702
+    for register in (register_rating, register_curate, register_audit, register_view, register_scores,
+                     register_flywheel, register_plan, register_peers):
+        register(app)
 
 
 _register_extensions()

@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from .. import pipeline
 from ..config import ModelSpec
 from ..plan import Known, LedgerView, Plan, PlanLine, plan_answers, plan_battles
 from ..records import Prompt
 from ..store import Store
-from .rounds import arena_config, slice_prompts, slice_set, stage_folder, stage_key
+from .rounds import slice_prompts, slice_set, stage_folder, stage_key
 from .settings import FlywheelConfig, TrainSettings
 from .train import MODEL_DIR, stage_done
 
@@ -40,11 +41,11 @@ class _Walk:
         self.ledger = LedgerView(store)
         self.plan = Plan(kind="flywheel")
         self.known: dict[str, Known] = {}
-        self.answered: set[tuple[str, str]] = set()  # (model identity, set): Flywheel.answer skips these
+        self.answered: set[tuple[str, str]] = set()  # (model identity, set): Flywheel.arena skips these
         self.trained: set[str] = set()  # names of models the run trains
 
     def answer_and_battle(self, models: Sequence[ModelSpec], prompts: list[Prompt], set_name: str, stage: str,
-                          schedule: str = "all", target: str | None = None) -> None:
+                          schedule: Literal["all", "target"] = "all", target: str | None = None) -> None:
         known = self.known.setdefault(set_name, Known())
         for spec in models:
             ident = (spec.model_dump_json(exclude={"name"}), set_name)
@@ -53,7 +54,7 @@ class _Walk:
             self.answered.add(ident)
             self.plan.lines.append(plan_answers(spec, prompts, self.ledger, stage, known, self.store, set_name,
                                                 fresh=spec.name in self.trained))
-        rc = arena_config(self.cfg, models, schedule, target)
+        rc = self.cfg.arena_config(models, schedule, target)
         self.plan.lines.extend(plan_battles(rc, prompts, known, self.ledger, stage))
 
     def train(self, stage: str, kind: str, model: str, rows: int, slice_name: str, folder: Path | None) -> None:
@@ -83,7 +84,7 @@ class _Walk:
     def run(self) -> Plan:
         cfg = self.cfg
         refs = list(cfg.references)
-        test = pipeline.make_test_set(arena_config(cfg, [cfg.target, *refs]), self.store)
+        test = pipeline.make_test_set(cfg.arena_config([cfg.target, *refs]), self.store)
         slices = {name: prompts for name, (prompts, _) in slice_prompts(cfg, test, self.store).items()}
         current = cfg.target.model_copy(update={"name": f"{cfg.target.name}-base"})
         rated = [current] if cfg.evaluate_base else []

@@ -10,7 +10,8 @@ Layout of the workspace (besides ``arena.db``, which holds the slices as prompt 
 ``flywheel/<slice>``, their answers, judgments and battles under the same set names, the test set
 as ``test``, and the ledger)::
 
-    flywheel/state.json                    stages done, their data counts, losses and times; ratings
+    flywheel/state.json                    the records of ``flywheel_state``: stages done, their data counts,
+                                           losses and times; evaluations; the last round table
     flywheel/round-R/I-KIND/               one stage: harvested data (sft.jsonl, dpo.jsonl, rm.jsonl),
                                            model/ (the trained model), losses.json, work/ (checkpoints)
     flywheel/round-R/I-KIND-BASELINE/      an ablation variant of the stage (--baselines)
@@ -27,27 +28,37 @@ a prompt loses it, rather than the prompt silently leaving its battles.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import os
 import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .. import pipeline
-from ..arena.answers import answer_prompts
-from ..config import BattleConfig, ModelSpec, RunConfig
-from ..engines import build_engine
+from ..config import ModelSpec
 from ..engines.bundled import resolve_model_path
-from ..engines.calls import make_progress
 from ..engines.identity import content_identity
 from ..engines.transformers_engine import release_models, resolve_hf_folder
-from ..records import Answer, Battle, Prompt, Rating
+from ..errors import ArenaError
+from ..flywheel_state import (
+    STATE_FILE,
+    Evaluation,
+    FlywheelState,
+    RatedModel,
+    RoundRow,
+    RoundTable,
+    RunRecord,
+    SliceRecord,
+    StageRecord,
+    TrainSummary,
+    load_state,
+    save_state,
+)
+from ..records import Prompt, Rating
 from ..scale.launch import LaunchError, check_launchable, launch_command, run_launch
 from ..store import Store
 from ..tasks import CATEGORIES, generate_tasks
@@ -58,8 +69,9 @@ from .settings import FlywheelConfig, RoundSpec, SliceSpec, StageSpec
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
 TEST_SET = pipeline.TEST_SET
-STATE_FILE = "state.json"
 LAUNCH_LOG = "launch.log"
+DATA_FILE = {"sft": "sft.jsonl", "dpo": "dpo.jsonl", "rl": "rm.jsonl"}
+"""The harvested data of a stage of each kind, in its folder."""
 
 
 def slice_set(name: str) -> str:
@@ -98,36 +110,31 @@ def task_slice(spec: SliceSpec, seed: int, exclude: set[str]) -> list[Prompt]:
     return out
 
 
-def arena_config(cfg: FlywheelConfig, models: Sequence[ModelSpec], schedule: str = "all",
-                 target: str | None = None) -> RunConfig:
-    """Return the arena run the flywheel makes of ``models``: its judge, test set and ratings, ``schedule``."""
-    return RunConfig(name=cfg.name, models=list(models), judge=cfg.judge, tasks=cfg.tasks, prompts=cfg.prompts,
-                     ratings=cfg.ratings, battles=BattleConfig(schedule=schedule, target=target))  # type: ignore[arg-type]
-
-
-def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | None) -> dict[str, tuple[list[Prompt], int]]:
+def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt],
+                  store: Store | None) -> dict[str, tuple[list[Prompt], int]]:
     """Return every slice of ``cfg``'s pool, in pool order: its prompts and how many were dropped as test prompts.
 
     Slices are disjoint and decontaminated: no test prompt, no few-shot example, no prompt of an
-    earlier slice. A stored set is read from ``store``.
+    earlier slice. A stored set is read from ``store``; an empty or missing one is an ArenaError.
     """
-    banned = {_norm(t) for p in test for t in p.turns} | {_norm(q) for q in few_shot_questions([cfg.target, *cfg.references])}
+    banned = {_norm(t) for p in test for t in p.turns}
+    banned |= {_norm(q) for q in pipeline.few_shot_questions([cfg.target, *cfg.references])}
     out: dict[str, tuple[list[Prompt], int]] = {}
     for pos, (name, spec) in enumerate(cfg.pool.items()):
         if spec.set is not None:
             got = store.get_prompts(spec.set) if store is not None else []
             if not got:
-                raise training.NoTrainingData(f"pool slice {name!r}: the set {spec.set!r} is empty or missing")
+                where = f"the workspace {store.root}" if store is not None else "the workspace (there is none yet)"
+                raise ArenaError(f"pool.{name}.set: the prompt set {spec.set!r} is empty or missing in {where}: fill "
+                                 "it first (`arena pool build`, `arena ingest`), or give the slice task prompts "
+                                 "(n, seed)")
             prompts = [p for p in got if not any(_norm(t) in banned for t in p.turns)]
             if spec.limit is not None:
                 prompts = prompts[: spec.limit]
             dropped = len(got) - len(prompts)
         else:
-            seed = spec.seed if spec.seed is not None else 1000 + pos
-            if seed == cfg.tasks.seed:
-                raise training.NoTrainingData(f"pool slice {name!r}: seed {seed} is the test set's seed; give "
-                                              f"training slices other seeds")
-            prompts, dropped = task_slice(spec, seed, banned), 0
+            # FlywheelConfig refuses a slice seed equal to tasks.seed
+            prompts, dropped = task_slice(spec, cfg.slice_seed(pos, spec), banned), 0
         overlap = [p.id for p in prompts if any(_norm(t) in banned for t in p.turns)]
         assert not overlap, f"slice {name} overlaps the test set or few-shot examples: {overlap[:3]}"
         banned |= {_norm(t) for p in prompts for t in p.turns}
@@ -146,10 +153,6 @@ def model_identity(spec: ModelSpec) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def few_shot_questions(specs: Sequence[ModelSpec]) -> set[str]:
-    return {q for s in specs for q, _ in s.prompt_format.few_shot}
-
-
 # ---- the report ----------------------------------------------------------------------------
 
 
@@ -157,24 +160,23 @@ def few_shot_questions(specs: Sequence[ModelSpec]) -> set[str]:
 class FlywheelReport:
     """What the run produced: the round table (ratings of each round's model), stages, references."""
 
-    rounds: list[dict[str, Any]] = field(default_factory=list)
-    stages: list[dict[str, Any]] = field(default_factory=list)
-    references: list[dict[str, Any]] = field(default_factory=list)
-    base: dict[str, Any] | None = None
-    ablations: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[RoundRow] = field(default_factory=list)
+    stages: list[StageRecord] = field(default_factory=list)
+    references: list[RatedModel] = field(default_factory=list)
+    base: RatedModel | None = None
+    ablations: list[StageRecord] = field(default_factory=list)
     ratings: list[Rating] = field(default_factory=list)
     seconds: float = 0.0
 
+    def table(self) -> RoundTable:
+        return RoundTable(rounds=self.rounds, references=self.references, base=self.base)
+
     def as_json(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "references": self.references, "base": self.base, "stages": self.stages,
-                "ablations": self.ablations}
-
-
-def _rating_row(r: Rating | None) -> dict[str, Any]:
-    if r is None:
-        return {"rating": None, "ci_low": None, "ci_high": None}
-    return {"rating": round(r.rating, 2), "ci_low": None if r.ci_low is None else round(r.ci_low, 2),
-            "ci_high": None if r.ci_high is None else round(r.ci_high, 2)}
+        """Return what ``arena flywheel --json`` prints."""
+        return {"rounds": [r.model_dump() for r in self.rounds],
+                "references": [r.model_dump() for r in self.references],
+                "base": None if self.base is None else self.base.model_dump(),
+                "stages": [s.row() for s in self.stages], "ablations": [s.row() for s in self.ablations]}
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -192,33 +194,20 @@ class Flywheel:
         self.say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.root = store.root / "flywheel"
         self.root.mkdir(parents=True, exist_ok=True)
-        self.state = self._load_state()
+        self.state: FlywheelState = load_state(self.root / STATE_FILE)
         self.refs = list(cfg.references)
         self._slices: dict[str, list[Prompt]] = {}
         self._test: list[Prompt] | None = None
-        # models rated on the test set, in order: (name, spec, info)
-        self.rated: list[tuple[ModelSpec, dict[str, Any]]] = []
-
-    # ---- state ------------------------------------------------------------------------
-    def _load_state(self) -> dict[str, Any]:
-        try:
-            return json.loads((self.root / STATE_FILE).read_text())
-        except (OSError, ValueError):
-            return {"stages": {}, "evaluations": [], "slices": {}}
+        self.rated: list[ModelSpec] = []  # the models rated on the test set so far, in order
+        self.worked = False  # whether this run answered for, harvested or trained a stage
 
     def _save_state(self) -> None:
-        path = self.root / STATE_FILE
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.state, indent=1, default=str))
-        os.replace(tmp, path)
+        save_state(self.state, self.root / STATE_FILE)
 
     # ---- sets ---------------------------------------------------------------------------
-    def run_config(self, models: Sequence[ModelSpec], schedule: str = "all", target: str | None = None) -> RunConfig:
-        return arena_config(self.cfg, models, schedule, target)
-
     def test_prompts(self) -> list[Prompt]:
         if self._test is None:
-            self._test = pipeline.stage_prompts(self.run_config([self.cfg.target, *self.refs]), self.store)
+            self._test = pipeline.stage_prompts(self.cfg.arena_config([self.cfg.target, *self.refs]), self.store)
         return self._test
 
     def make_slices(self) -> None:
@@ -226,76 +215,48 @@ class Flywheel:
         for name, (prompts, dropped) in slice_prompts(self.cfg, self.test_prompts(), self.store).items():
             self._slices[name] = prompts
             self.store.put_prompts(slice_set(name), prompts)
-            self.state["slices"][name] = {"prompts": len(prompts), "dropped_as_test": dropped}
+            self.state.slices[name] = SliceRecord(prompts=len(prompts), dropped_as_test=dropped)
         self._save_state()
 
     # ---- answering and judging -------------------------------------------------------------
-    def _fill_empty(self, models: Sequence[ModelSpec], prompts: Sequence[Prompt], set_name: str) -> None:
-        for spec in models:
-            if spec.engine == "imported":
-                continue
-            have = {a.prompt_id for a in self.store.get_answers(spec.name, set_name)}
-            empty = [Answer(prompt_id=p.id, model=spec.name, turns=[""] * len(p.turns)) for p in prompts if p.id not in have]
-            if empty:
-                self.store.put_answers(empty, set_name)
-
-    def answer(self, models: Sequence[ModelSpec], prompts: list[Prompt], set_name: str) -> None:
-        """Have ``models`` answer ``prompts`` (through the ledger), stored under ``set_name``.
+    def arena(self, models: Sequence[ModelSpec], prompts: list[Prompt], set_name: str,
+              schedule: Literal["all", "target"] = "all", target: str | None = None, *,
+              rate: bool = False) -> pipeline.RunResult:
+        """Run the arena's stages (``pipeline.run_stages``) for ``models`` on ``prompts``, stored under ``set_name``.
 
         A model whose identity (spec and weights' content) already answered every prompt of the set in
         an earlier step is not asked again: its empty answers (failed calls) would be re-sent otherwise.
+        A prompt a model gave no answer to gets an empty one, which loses its battles.
         """
-        answered = self.state.setdefault("answered", {}).setdefault(set_name, {})
+        answered = self.state.answered.setdefault(set_name, {})
         ids = [p.id for p in prompts]
-        todo = []
+        idents = {spec.name: model_identity(spec) for spec in models}
+        skip = set()
         for spec in models:
-            if spec.engine == "imported":
-                continue
-            ident = model_identity(spec)
             have = {a.prompt_id for a in self.store.get_answers(spec.name, set_name)}
-            if answered.get(spec.name) != ident or any(i not in have for i in ids):
-                todo.append((spec, ident))
-        if not todo:
-            return
+            if answered.get(spec.name) == idents[spec.name] and all(i in have for i in ids):
+                skip.add(spec.name)
 
-        async def go(progress) -> None:  # noqa: ANN001
-            for spec, _ in todo:
-                await answer_prompts(self.store, spec.name, build_engine(spec), prompts, progress=progress,
-                                     set_name=set_name)
+        def keep(report: pipeline.AnswerReport) -> None:
+            if report.stats:
+                answered.update({name: idents[name] for name in report.stats})
+                self._save_state()
 
-        if self.show_progress:
-            with make_progress() as progress:
-                asyncio.run(go(progress))
-        else:
-            asyncio.run(go(None))
-        self._fill_empty([s for s, _ in todo], prompts, set_name)
-        for spec, ident in todo:
-            answered[spec.name] = ident
-        self._save_state()
-
-    def answer_and_battle(self, models: Sequence[ModelSpec], prompts: list[Prompt], set_name: str,
-                          schedule: str = "all", target: str | None = None) -> tuple[list[Answer], list[Battle]]:
-        rc = self.run_config(models, schedule, target)
-        self.answer(models, prompts, set_name)
-        report = pipeline.stage_battle(rc, self.store, show_progress=self.show_progress, prompts=prompts,
-                                       set_name=set_name)
-        names = {m.name for m in models}
-        answers = [a for a in self.store.get_answers(set_name=set_name) if a.model in names]
-        return answers, report.battles
+        return pipeline.run_stages(self.cfg.arena_config(models, schedule, target), self.store, prompts,
+                                   set_name=set_name, show_progress=self.show_progress, rate=rate, skip=skip,
+                                   fill_empty=True, on_answers=keep)
 
     def evaluate(self, label: str) -> list[Rating]:
         """Every rated model answers the test set; battles among all of them; ratings with CIs."""
-        models = [*self.refs, *(spec for spec, _ in self.rated)]
+        models = [*self.refs, *self.rated]
         self.say(f"[flywheel] rating {len(models)} models on the test set ({label})")
         started = time.perf_counter()
-        self.answer_and_battle(models, self.test_prompts(), TEST_SET)
+        ratings = self.arena(models, self.test_prompts(), TEST_SET, rate=True).ratings or []
         release_models()
-        ratings = pipeline.stage_ratings(self.run_config(models), self.store)
-        entry = {"after": label, "seconds": round(time.perf_counter() - started, 1),
-                 "ratings": [r.model_dump() for r in ratings]}
-        old = [e for e in self.state["evaluations"] if e.get("after") == label]
-        if not (old and old[0]["ratings"] == entry["ratings"]):  # a rerun that changes nothing keeps its timing
-            self.state["evaluations"] = [*(e for e in self.state["evaluations"] if e.get("after") != label), entry]
+        entry = Evaluation(after=label, seconds=round(time.perf_counter() - started, 1), ratings=ratings)
+        old = [e for e in self.state.evaluations if e.after == label]
+        if not (old and old[0].ratings == entry.ratings):  # a rerun that changes nothing keeps its timing
+            self.state.evaluations = [*(e for e in self.state.evaluations if e.after != label), entry]
         self._save_state()
         return ratings
 
@@ -308,7 +269,8 @@ class Flywheel:
                            "rm": extra, "harvest": self.cfg.harvest.model_dump(mode="json", exclude={"baselines"}),
                            "target": self.cfg.target.model_dump(mode="json"),
                            "references": [m.model_dump(mode="json") for m in self.refs],
-                           "judge": self.cfg.judge.model_dump(mode="json"), "test": self.cfg.tasks.model_dump(mode="json"),
+                           "judge": self.cfg.judge.model_dump(mode="json"),
+                           "test": self.cfg.tasks.model_dump(mode="json"),
                            "before": before, "where": [r, i]}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -318,74 +280,89 @@ class Flywheel:
         return f"{self.cfg.target.name}-{tag}"
 
     def run_stage(self, r: int, i: int, rnd: RoundSpec, stage: StageSpec, current: ModelSpec, before: str,
-                  variant: str | None = None, size: int | None = None) -> tuple[ModelSpec, dict[str, Any]]:
-        """Run one stage (or its ablation ``variant``) from ``current``; return the new model and its record."""
+                  variant: str | None = None, size: int | None = None) -> tuple[ModelSpec, StageRecord]:
+        """Run one stage (or its ablation ``variant``) from ``current``: harvest, then train; return the new model."""
         name = self._stage_name(rnd, r, i, stage) + (f"-{variant}" if variant else "")
         folder = stage_folder(self.root, r, i, stage.kind, variant)
         key = stage_key(r, i, stage.kind, variant)
         fp = self._fingerprint(r, i, stage, before, variant)
-        rec = self.state["stages"].get(key)
-        if rec is not None and rec.get("fingerprint") != fp:
+        rec = self.state.stages.get(key)
+        if rec is not None and rec.fingerprint != fp:
             self.say(f"[flywheel] {key}: its inputs changed since the last run; redoing it")
             shutil.rmtree(folder, ignore_errors=True)
             rec = None
         if rec is None:
-            rec = {"key": key, "round": r, "stage": i, "kind": stage.kind, "slice": stage.slice,
-                   "selection": variant or stage.selection, "ablation": variant, "model": name, "fingerprint": fp,
-                   "status": "started",
-                   "seconds": {}}
-            self.state["stages"][key] = rec
+            rec = StageRecord(key=key, round=r, stage=i, kind=stage.kind, slice=stage.slice,
+                              selection=variant or stage.selection, ablation=variant, model=name, fingerprint=fp)
+            self.state.stages[key] = rec
         out_spec = self.cfg.target.model_copy(update={"name": name, "model": str(folder / training.MODEL_DIR)})
-        if rec["status"] == "done" and training.stage_done(folder):
-            self.say(f"[flywheel] {key}: done in an earlier run ({rec.get('examples', 0)} examples); skipped")
+        if rec.status == "done" and training.stage_done(folder):
+            self.say(f"[flywheel] {key}: done in an earlier run ({rec.examples} examples); skipped")
             return out_spec, rec
-        if rec["status"] == "skipped":
+        if rec.status == "skipped":
             return current, rec
         folder.mkdir(parents=True, exist_ok=True)
         self.worked = True
         self.say(f"[flywheel] round {r} stage {i}: {stage.kind} on slice {stage.slice} from {current.name}"
                  + (f" (ablation: {variant})" if variant else ""))
-        selection = variant or stage.selection
+        items = self.harvest_step(rec, stage, current, folder, size)
+        return self.train_step(rec, stage, current, out_spec, folder, items)
+
+    def harvest_step(self, rec: StageRecord, stage: StageSpec, current: ModelSpec, folder: Path,
+                     size: int | None) -> list[Any]:
+        """Return the stage's training data: its harvest (made now from the slice's battles, or read back), replay."""
         h = self.cfg.harvest
-        rip = RipFilter(**h.rip.model_dump()) if h.rip is not None else None
-        data_file = folder / {"sft": "sft.jsonl", "dpo": "dpo.jsonl", "rl": "rm.jsonl"}[stage.kind]
+        data_file = folder / DATA_FILE[stage.kind]
         need_pairs = stage.kind != "rl" or self.cfg.training.rl.reward == "model"
         items: list[Any] = []
         if need_pairs:
-            if rec.get("harvested") and data_file.is_file():
+            if rec.harvested and data_file.is_file():
                 items = read_items(data_file)
             else:
-                t0 = time.perf_counter()
-                prompts = self._slices[stage.slice]
-                models = [current, *self.refs]
-                ref_names = [m.name for m in self.refs]
-                kw = {"seed": h.seed, "slice_name": stage.slice, "round_index": r, "size": size}
-                if stage.kind == "sft":
-                    answers, battles = self.answer_and_battle(models, prompts, slice_set(stage.slice), "target",
-                                                              current.name)
-                    rec["seconds"]["answer_battle"] = round(time.perf_counter() - t0, 1)
-                    t1 = time.perf_counter()
-                    items = select_sft(selection, prompts, answers, battles, target=current.name, references=ref_names,
-                                       threshold=h.sft_threshold, **kw)
-                else:
-                    answers, battles = self.answer_and_battle(models, prompts, slice_set(stage.slice), "all")
-                    rec["seconds"]["answer_battle"] = round(time.perf_counter() - t0, 1)
-                    t1 = time.perf_counter()
-                    k = h.k if stage.kind == "dpo" else (h.rm_k if h.rm_k is not None else h.k)
-                    items = select_pairs(selection if stage.kind == "dpo" else "pair_judge", prompts, answers,
-                                         battles, models=[m.name for m in models], k=k, rip=rip, **kw)
-                release_models()
-                export_items(items, data_file, kind="sft" if stage.kind == "sft" else "pairs")
-                rec["seconds"]["harvest"] = round(time.perf_counter() - t1, 2)
-                rec["harvested"] = True
-                rec["by_model"] = per_model_counts(items)
-                self._save_state()
-        count_key = {"sft": "sft_examples", "dpo": "dpo_pairs", "rl": "rm_pairs"}[stage.kind]
-        rec[count_key] = len(items)
-        rec["examples"] = len(items)
+                items = self._harvest(rec, stage, current, data_file, size)
+        rec.examples = len(items)
         if h.replay and need_pairs:
-            items = self._replayed(r, stage.kind, data_file.name) + list(items)
-            rec["trained_on"] = len(items)
+            items = self._replayed(rec.round, stage.kind, data_file.name) + list(items)
+            rec.trained_on = len(items)
+        return items
+
+    def _harvest(self, rec: StageRecord, stage: StageSpec, current: ModelSpec, data_file: Path,
+                 size: int | None) -> list[Any]:
+        """Battle ``current`` against the references on the stage's slice; select, export and return the data."""
+        h = self.cfg.harvest
+        rip = RipFilter(**h.rip.model_dump()) if h.rip is not None else None
+        t0 = time.perf_counter()
+        prompts = self._slices[stage.slice]
+        models = [current, *self.refs]
+        names = {m.name for m in models}
+        if stage.kind == "sft":
+            result = self.arena(models, prompts, slice_set(stage.slice), "target", current.name)
+        else:
+            result = self.arena(models, prompts, slice_set(stage.slice), "all")
+        answers = [a for a in self.store.get_answers(set_name=slice_set(stage.slice)) if a.model in names]
+        battles = result.battles.battles
+        rec.seconds.answer_battle = round(time.perf_counter() - t0, 1)
+        t1 = time.perf_counter()
+        if stage.kind == "sft":
+            items: list[Any] = select_sft(rec.selection, prompts, answers, battles, target=current.name,
+                                          references=[m.name for m in self.refs], threshold=h.sft_threshold,
+                                          seed=h.seed, slice_name=stage.slice, round_index=rec.round, size=size)
+        else:
+            k = h.k if stage.kind == "dpo" else (h.rm_k if h.rm_k is not None else h.k)
+            items = select_pairs(rec.selection if stage.kind == "dpo" else "pair_judge", prompts, answers, battles,
+                                 models=[m.name for m in models], k=k, rip=rip, seed=h.seed, slice_name=stage.slice,
+                                 round_index=rec.round, size=size)
+        release_models()
+        export_items(items, data_file, kind="sft" if stage.kind == "sft" else "pairs")
+        rec.seconds.harvest = round(time.perf_counter() - t1, 2)
+        rec.harvested = True
+        rec.by_model = per_model_counts(items)
+        self._save_state()
+        return items
+
+    def train_step(self, rec: StageRecord, stage: StageSpec, current: ModelSpec, out_spec: ModelSpec, folder: Path,
+                   items: list[Any]) -> tuple[ModelSpec, StageRecord]:
+        """Train the stage's model on ``items`` (rl: on the slice's prompts); return it, or ``current`` if skipped."""
         t2 = time.perf_counter()
         s = self.cfg.training
         try:
@@ -395,42 +372,43 @@ class Flywheel:
                 reward_model = None
                 if s.rl.reward == "model":
                     rm = self.train_one("rm", current.model, folder / "rm", items=items)
-                    rec["rm"] = rm.summary()
+                    rec.rm = TrainSummary(**rm.summary())
                     reward_model = rm.model_dir
                 res = self.train_one("rl", current.model, folder, prompts=self._slices[stage.slice],
                                      reward_model=reward_model)
         except training.NoTrainingData as err:
-            self.say(f"[flywheel] {key}: {err}; the stage is skipped and the model stays {current.name}")
-            rec["status"] = "skipped"
+            self.say(f"[flywheel] {rec.key}: {err}; the stage is skipped and the model stays {current.name}")
+            rec.status = "skipped"
             self._save_state()
             return current, rec
-        rec["seconds"]["train"] = round(time.perf_counter() - t2, 1)
-        rec["train"] = res.summary()
-        rec["train_loss"] = res.train_loss
-        rec["status"] = "done"
+        rec.seconds.train = round(time.perf_counter() - t2, 1)
+        rec.train = TrainSummary(**res.summary())
+        rec.train_loss = res.train_loss
+        rec.status = "done"
         self._save_state()
-        self.say(f"[flywheel] {key}: {len(items)} examples, {res.steps} steps, loss {res.train_loss}, "
+        self.say(f"[flywheel] {rec.key}: {len(items)} examples, {res.steps} steps, loss {res.train_loss}, "
                  f"{res.seconds:.0f} s" + (f" (resumed from {res.resumed_from})" if res.resumed_from else ""))
         return out_spec, rec
 
-    def train_one(self, kind: str, base: str, folder: Path, *, items: Sequence[Any] = (),
+    def train_one(self, kind: Literal["sft", "dpo", "rm", "rl"], base: str, folder: Path, *, items: Sequence[Any] = (),
                   prompts: Sequence[Prompt] = (), reward_model: Path | None = None) -> training.TrainResult:
-        """Train ``kind`` (sft, dpo, rm or rl) from ``base`` into ``folder``, in process or launched (training.launch)."""
+        """Train ``kind`` (sft, dpo, rm or rl) from ``base`` into ``folder``, in process or launched (``launch``)."""
         settings = getattr(self.cfg.training, kind)
         launch = self.cfg.training.launch
         spec = self.cfg.target
         if launch.launcher == "inprocess":
             if kind == "rl":
                 return training.train_rl(base, prompts, folder, settings, spec=spec, reward_model=reward_model)
-            fn = {"sft": training.train_sft, "dpo": training.train_dpo, "rm": training.train_reward}[kind]
-            return fn(base, items, folder, settings, spec=spec)
+            trainers: dict[str, Callable[..., training.TrainResult]] = {
+                "sft": training.train_sft, "dpo": training.train_dpo, "rm": training.train_reward}
+            return trainers[kind](base, items, folder, settings, spec=spec)
         done_kind = settings.algorithm if kind == "rl" else kind
         if (done := training.done_result(folder, done_kind)) is not None:
             return done
         if not (prompts if kind == "rl" else items):
             raise training.NoTrainingData(f"no {kind} data to train on")
         folder.mkdir(parents=True, exist_ok=True)
-        job = StageJob(kind=kind, base=str(resolve_hf_folder(str(base))), stage=str(folder),  # type: ignore[arg-type]
+        job = StageJob(kind=kind, base=str(resolve_hf_folder(str(base))), stage=str(folder),
                        settings=settings.model_dump(mode="json"), target=spec,
                        reward_model=str(reward_model) if reward_model is not None else None,
                        mixed_precision=launch.mixed_precision, cpu=launch.cpu)
@@ -452,9 +430,9 @@ class Flywheel:
     def _replayed(self, r: int, kind: str, data_name: str) -> list[Any]:
         """Return the harvests of ``kind`` of the main stages of rounds before ``r`` (replay)."""
         out: list[Any] = []
-        for rec in self.state["stages"].values():
-            if rec["kind"] == kind and rec["round"] < r and not rec.get("ablation") and rec.get("harvested"):
-                path = self.root / f"round-{rec['round']}" / f"{rec['stage']}-{kind}" / data_name
+        for rec in self.state.stages.values():
+            if rec.kind == kind and rec.round < r and not rec.ablation and rec.harvested:
+                path = self.root / f"round-{rec.round}" / f"{rec.stage}-{kind}" / data_name
                 if path.is_file():
                     out.extend(read_items(path))
         return out
@@ -466,75 +444,67 @@ class Flywheel:
         base_name = f"{cfg.target.name}-base"
         current = cfg.target.model_copy(update={"name": base_name})
         if cfg.evaluate_base:
-            self.rated.append((current, {"round": None, "kind": "base"}))
+            self.rated.append(current)
         before = "base"
-        stage_rows: list[dict[str, Any]] = []
-        round_models: list[tuple[int, ModelSpec, list[dict[str, Any]]]] = []
+        stage_recs: list[StageRecord] = []
+        round_models: list[tuple[int, ModelSpec, list[StageRecord]]] = []
         last_eval: list[Rating] | None = None
         pending = False  # an evaluation skipped on resume (its models unchanged): the final one must run
-        self.worked = False
         for r, rnd in enumerate(cfg.rounds):
             recs = []
             for i, stage in enumerate(rnd.stages):
                 start_spec = current
                 current, rec = self.run_stage(r, i, rnd, stage, start_spec, before)
-                before = rec["fingerprint"]
+                before = rec.fingerprint
                 recs.append(rec)
-                if rec["status"] == "done":
-                    self.rated.append((current, {"round": r, "kind": stage.kind, "key": rec["key"]}))
+                if rec.status == "done":
+                    self.rated.append(current)
                 if stage.kind in ("sft", "dpo"):
                     for b in self.baselines:
-                        size = rec.get("examples") if b != "all" else None
-                        vspec, vrec = self.run_stage(r, i, rnd, stage, start_spec, rec["fingerprint"], variant=b,
+                        size = rec.examples if b != "all" else None
+                        vspec, vrec = self.run_stage(r, i, rnd, stage, start_spec, rec.fingerprint, variant=b,
                                                      size=size)
-                        if vrec["status"] == "done":
-                            self.rated.append((vspec, {"round": r, "kind": stage.kind, "key": vrec["key"],
-                                                       "ablation": b}))
-                        stage_rows.append(vrec)
-                stage_rows.append(rec)
+                        if vrec.status == "done":
+                            self.rated.append(vspec)
+                        stage_recs.append(vrec)
+                stage_recs.append(rec)
                 last = i == len(rnd.stages) - 1
                 if cfg.evaluate == "stages" or last:
                     label = f"round {r} stage {i} ({stage.kind})"
-                    if not self.worked and any(e.get("after") == label for e in self.state["evaluations"]):
+                    if not self.worked and any(e.after == label for e in self.state.evaluations):
                         pending = True  # resumed past it: nothing new to rate yet
                     else:
                         last_eval, pending = self.evaluate(label), False
             round_models.append((r, current, recs))
         if last_eval is None or pending:
             last_eval = self.evaluate(label if cfg.rounds else "start")
-        return self.report(last_eval, round_models, stage_rows, time.perf_counter() - started)
+        return self.report(last_eval, round_models, stage_recs, time.perf_counter() - started)
 
-    def report(self, ratings: list[Rating], round_models, stage_rows, seconds: float) -> FlywheelReport:  # noqa: ANN001
+    def report(self, ratings: list[Rating], round_models: list[tuple[int, ModelSpec, list[StageRecord]]],
+               stage_recs: list[StageRecord], seconds: float) -> FlywheelReport:
+        """Return the round table of ``ratings`` (the last evaluation's); keep it and the stage ratings in the state."""
         by_name = {r.model: r for r in ratings}
         rep = FlywheelReport(ratings=ratings, seconds=seconds)
         for r, spec, recs in round_models:
-            done = [x for x in recs if x["status"] == "done"]
-            rep.rounds.append({
-                "round": r, "model": spec.name, **_rating_row(by_name.get(spec.name)),
-                "sft_examples": sum(x.get("sft_examples", 0) for x in recs if x["kind"] == "sft"),
-                "dpo_pairs": sum(x.get("dpo_pairs", 0) for x in recs if x["kind"] == "dpo"),
-                "rm_pairs": sum(x.get("rm_pairs", 0) for x in recs if x["kind"] == "rl"),
-                "train_loss": done[-1].get("train_loss") if done else None,
-                "stages": [x["kind"] for x in recs],
-                "by_model": {x["key"]: x.get("by_model", {}) for x in recs},
-            })
-        for x in stage_rows:
-            row = {"key": x["key"], "round": x["round"], "kind": x["kind"], "slice": x["slice"],
-                   "selection": x["selection"], "model": x["model"], "status": x["status"],
-                   "examples": x.get("examples", 0), "trained_on": x.get("trained_on", x.get("examples", 0)),
-                   "by_model": x.get("by_model", {}),
-                   "train_loss": x.get("train_loss"), "steps": (x.get("train") or {}).get("steps"),
-                   "s_per_step": (x.get("train") or {}).get("s_per_step"), "seconds": x.get("seconds", {}),
-                   "peak_rss_mb": (x.get("train") or {}).get("peak_rss_mb"),
-                   **_rating_row(by_name.get(x["model"]) if x["status"] == "done" else None)}
-            (rep.ablations if x.get("ablation") else rep.stages).append(row)
-        rep.references = [{"model": m.name, **_rating_row(by_name.get(m.name))} for m in self.refs]
+            done = [x for x in recs if x.status == "done"]
+            rep.rounds.append(RoundRow(
+                round=r, **RatedModel.of(spec.name, by_name.get(spec.name)).model_dump(),
+                sft_examples=sum(x.examples for x in recs if x.kind == "sft"),
+                dpo_pairs=sum(x.examples for x in recs if x.kind == "dpo"),
+                rm_pairs=sum(x.examples for x in recs if x.kind == "rl"),
+                train_loss=done[-1].train_loss if done else None,
+                stages=[x.kind for x in recs], by_model={x.key: x.by_model for x in recs}))
+        for x in stage_recs:
+            rated = RatedModel.of(x.model, by_name.get(x.model) if x.status == "done" else None)
+            x.rating, x.ci_low, x.ci_high = rated.rating, rated.ci_low, rated.ci_high
+            (rep.ablations if x.ablation else rep.stages).append(x)
+        rep.references = [RatedModel.of(m.name, by_name.get(m.name)) for m in self.refs]
         base_name = f"{self.cfg.target.name}-base"
         if base_name in by_name:
-            rep.base = {"model": base_name, **_rating_row(by_name[base_name])}
-        self.state["last_report"] = rep.as_json()
-        self.state.setdefault("runs", []).append({"seconds": round(seconds, 1), "trained": self.worked,
-                                                  "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+            rep.base = RatedModel.of(base_name, by_name[base_name])
+        self.state.last_report = rep.table()
+        self.state.runs.append(RunRecord(seconds=round(seconds, 1), trained=self.worked,
+                                         finished=time.strftime("%Y-%m-%d %H:%M:%S")))
         self._save_state()
         return rep
 
@@ -549,7 +519,8 @@ def stage_key(r: int, i: int, kind: str, variant: str | None = None) -> str:
     return f"r{r}.{i}-{kind}" + (f"-{variant}" if variant else "")
 
 
-def launch_plan(cfg: FlywheelConfig, workspace: str | Path, baselines: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def launch_plan(cfg: FlywheelConfig, workspace: str | Path,
+                baselines: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Return the command that trains each stage of ``cfg`` (in run order), with its job file and kind.
 
     The job files are written by the round runner when the stage's data is harvested; the commands
@@ -581,9 +552,5 @@ def run_flywheel(cfg: FlywheelConfig, store: Store, *, show_progress: bool = Tru
 
 
 def save_flywheel_config(cfg: FlywheelConfig, store: Store) -> None:
-    """Save the resolved flywheel config beside the results (YAML and in the store)."""
-    import yaml
-
-    data = cfg.model_dump(mode="json")
-    (store.root / "flywheel.resolved.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    store.set_meta("flywheel_config", data)
+    """Save the resolved flywheel config beside the results (YAML, and meta ``flywheel_config`` in the store)."""
+    pipeline.save_config(cfg, store, "flywheel_config", "flywheel.resolved.yaml")

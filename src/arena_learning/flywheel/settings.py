@@ -9,12 +9,24 @@ higher learning rates, small batches, short sequences).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from ..config import JudgeConfig, ModelSpec, PromptsConfig, RatingConfig, ScaleConfig, Section, TasksConfig
+from ..config import (
+    BattleConfig,
+    JudgeConfig,
+    ModelSpec,
+    PromptsConfig,
+    RatingConfig,
+    RunConfig,
+    ScaleConfig,
+    Section,
+    TasksConfig,
+)
 from ..scale.launch import LaunchSettings
+from ..tasks import CATEGORIES
 
 PAPER = {
     "sft": {"learning_rate": 5e-6, "epochs": 3, "batch_size": 128},
@@ -158,6 +170,15 @@ class SliceSpec(Section):
     set: str | None = Field(None, description="a prompt set stored in the workspace instead of task prompts")
     limit: int | None = Field(None, ge=1, description="keep only the first N prompts of the set")
 
+    @field_validator("categories")
+    @classmethod
+    def _known(cls, v: list[str] | None) -> list[str] | None:
+        # an unknown category would make an empty slice, and the slice's stages would train on nothing
+        bad = [c for c in v or [] if c not in CATEGORIES]
+        if bad:
+            raise ValueError(f"unknown task categories {bad}; the suite has {', '.join(CATEGORIES)}")
+        return v
+
 
 class StageSpec(Section):
     """One training stage of a round: its kind, the slice it battles and trains on, how data is selected."""
@@ -253,4 +274,21 @@ class FlywheelConfig(Section):
                              f"{', '.join(sorted(known))} (a trained model's actors take scale.defaults)")
         if self.judge.kind == "verifier" and self.prompts is not None:
             raise ValueError("judge 'verifier' scores task-suite prompts only; open prompts need an LLM judge")
+        for pos, (name, sl) in enumerate(self.pool.items()):
+            # the test set is made with tasks.seed: a slice of the same seed would train on test prompts' kin
+            if sl.set is None and self.slice_seed(pos, sl) == self.tasks.seed:
+                how = "" if sl.seed is not None else f" (its default, 1000 + its position {pos})"
+                raise ValueError(f"pool.{name}.seed: {self.tasks.seed}{how} is the test set's seed (tasks.seed); give "
+                                 f"training slices other seeds")
         return self
+
+    @staticmethod
+    def slice_seed(pos: int, spec: SliceSpec) -> int:
+        """Return the task-suite seed of the task slice ``spec``, at position ``pos`` of the pool."""
+        return spec.seed if spec.seed is not None else 1000 + pos
+
+    def arena_config(self, models: Sequence[ModelSpec], schedule: Literal["all", "target"] = "all",
+                     target: str | None = None) -> RunConfig:
+        """Return the arena run the flywheel makes of ``models``: its judge, test set and ratings, ``schedule``."""
+        return RunConfig(name=self.name, models=list(models), judge=self.judge, tasks=self.tasks, prompts=self.prompts,
+                         ratings=self.ratings, battles=BattleConfig(schedule=schedule, target=target))

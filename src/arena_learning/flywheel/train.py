@@ -36,14 +36,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import ModelSpec
 from ..engines.base import completion_stops, render_completion_prompt
 from ..engines.transformers_engine import clear_quantization, resolve_hf_folder
+from ..files import write_json
 from ..records import Prompt
 from .harvest import PreferenceItem, SFTItem
 from .settings import DPOSettings, RLSettings, RMSettings, SFTSettings, TrainSettings
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+
+    from ..config import PromptFormat
 
 MODEL_DIR = "model"
 WORK_DIR = "work"
@@ -94,7 +101,7 @@ class RunOptions:
 # ---- rendering records as the target is asked ----------------------------------------
 
 
-def _fmt(spec: ModelSpec | None):  # noqa: ANN202 - PromptFormat | None
+def _fmt(spec: ModelSpec | None) -> PromptFormat | None:
     return spec.prompt_format if spec is not None and spec.mode == "completion" else None
 
 
@@ -102,7 +109,7 @@ def continuation_text(spec: ModelSpec, messages: Sequence[dict[str, str]]) -> st
     """Return assistant (and later user) turns as the completion-mode text that follows a prompt."""
     fmt = spec.prompt_format
     parts = []
-    for i, m in enumerate(messages):
+    for m in messages:
         if m["role"] == "assistant":
             parts.append(f" {m['content']}{fmt.assistant_suffix}")
         elif m["role"] == "user":
@@ -117,7 +124,7 @@ def sft_training_rows(items: Sequence[SFTItem], spec: ModelSpec | None = None) -
     format's assistant suffix). Chat mode (or no spec): conversational messages.
     """
     fmt = _fmt(spec)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for it in items:
         msgs = it.messages
         for i, m in enumerate(msgs):
@@ -179,7 +186,7 @@ def verifier_reward(prompts: Sequence[Prompt], spec: ModelSpec | None = None) ->
 
     by_id = {p.id: p for p in prompts}
 
-    def reward(prompts: list, completions: list, prompt_id: list[str], **_: Any) -> list[float]:  # noqa: ARG001
+    def reward(prompts: list, completions: list, prompt_id: list[str], **_: Any) -> list[float]:
         out = []
         for pid, comp in zip(prompt_id, completions):
             text = comp if isinstance(comp, str) else comp[-1]["content"]
@@ -248,7 +255,7 @@ def _common_args(s: TrainSettings, work: Path, n_rows: int, run: RunOptions | No
     }
 
 
-def _lora(s: TrainSettings, task: str = "CAUSAL_LM"):  # noqa: ANN202 - peft.LoraConfig | None
+def _lora(s: TrainSettings, task: str = "CAUSAL_LM") -> LoraConfig | None:
     if s.lora is None:
         return None
     from peft import LoraConfig
@@ -257,7 +264,7 @@ def _lora(s: TrainSettings, task: str = "CAUSAL_LM"):  # noqa: ANN202 - peft.Lor
                       target_modules=s.lora.target_modules, task_type=task)
 
 
-def _load_causal(base: Path):  # noqa: ANN202
+def _load_causal(base: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -268,21 +275,15 @@ def _load_causal(base: Path):  # noqa: ANN202
     return clear_quantization(model), tok
 
 
-def _loss_logger(path: Path, kind: str):  # noqa: ANN202 - a TrainerCallback
+def _loss_logger(path: Path, kind: str) -> TrainerCallback:
     from transformers import TrainerCallback
 
     class LossLog(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN003, ARG002
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if state.is_world_process_zero:
-                _write_json(path, {"kind": kind, "done": False, "log": state.log_history})
+                write_json(path, {"kind": kind, "done": False, "log": state.log_history})
 
     return LossLog()
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
 
 
 def _peak_rss_mb() -> float:
@@ -351,7 +352,7 @@ def _finish(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _write_json(stage / LOSSES, {**result.summary(), "done": True, "log": result.log})
+    write_json(stage / LOSSES, {**result.summary(), "done": True, "log": result.log})
     return result
 
 
@@ -499,14 +500,12 @@ def train_rl(base: str | Path, prompts: Sequence[Prompt], stage: str | Path, set
         reward = verifier_reward(prompts, spec)
     started = time.perf_counter()
     stage_p, base_p = _prepare(stage, base, retrain)
+    import trl
     from datasets import Dataset
 
-    if s.algorithm == "rloo":
-        from trl import RLOOConfig as Config
-        from trl import RLOOTrainer as Trainer
-    else:
-        from trl import GRPOConfig as Config
-        from trl import GRPOTrainer as Trainer
+    # RLOO and GRPO take the same arguments here: one code path for both, typed loosely
+    Config: Any = trl.RLOOConfig if s.algorithm == "rloo" else trl.GRPOConfig
+    Trainer: Any = trl.RLOOTrainer if s.algorithm == "rloo" else trl.GRPOTrainer
     model, tok = _load_causal(base_p)
     tok.padding_side = "left"
     common = _common_args(s, stage_p / WORK_DIR, len(rows), run)

@@ -27,13 +27,17 @@ import math
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ArenaError
+from ..flywheel_state import RatedModel, RoundRow, load_state, state_path
 from ..records import Battle, Prompt, Rating
 from ..store import Store
 from .browser import BrowserData, build_browser, json_for_html
 from .charts import bars, ci_plot, esc, heatmap, line_chart, scatter
+
+if TYPE_CHECKING:
+    from ..config import RunConfig
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 INLINE_LIMIT = 8_000_000
@@ -66,30 +70,29 @@ def _ci(low: float | None, high: float | None) -> str:
     return f"{_num(low, 0)} .. {_num(high, 0)}" if low is not None and high is not None else "-"
 
 
-def _load_config(store: Store):  # noqa: ANN202 - RunConfig
-    """Return the run's config; for a workspace only the flywheel wrote, one made from its flywheel config."""
-    from ..config import RunConfig
+def _load_config(store: Store) -> RunConfig:
+    """Return the run's config; for a workspace only the flywheel wrote, its arena run of the models it rated."""
+    from ..config import ModelSpec, validate_config
+    from ..flywheel.settings import FlywheelConfig
     from ..pipeline import load_saved_config
 
     try:
         return load_saved_config(store)
     except ArenaError:
-        fw = store.get_meta("flywheel_config")
-        if not fw:
+        saved = store.get_meta("flywheel_config")
+        if not saved:
             raise
+    fw = validate_config(saved, FlywheelConfig, f"the flywheel config saved in {store.root} (rerun `arena flywheel` "
+                         "to refresh it)")
     models: list[str] = []
-    judge = (fw.get("judge") or {}).get("name", "verifier")
-    for b in store.get_battles(judge):
+    for b in store.get_battles(fw.judge.name):
         for m in (b.model_a, b.model_b):
             if m not in models:
                 models.append(m)
     if len(models) < 2:
         raise ArenaError(f"{store.root} holds a flywheel with no rated models yet: run `arena flywheel` first")
-    return RunConfig.model_validate({
-        "name": fw.get("name", "flywheel"), "models": [{"name": m, "engine": "imported"} for m in models],
-        "judge": fw.get("judge") or {}, "tasks": fw.get("tasks") or {}, "prompts": fw.get("prompts"),
-        "ratings": fw.get("ratings") or {},
-    })
+    # the answers are in the store: the report asks no model anything
+    return fw.arena_config([ModelSpec(name=m, engine="imported") for m in models])
 
 
 def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_limit: int = INLINE_LIMIT
@@ -167,13 +170,14 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
         st = f'<p class="note">Not fitted: {_e(style_note)}</p>'
     else:
         coefs = ", ".join(f"{_e(k)} {v:+.3f}" for k, v in style.coefficient_table().items())
+        style_rows: list[dict[str, Any]] = style.to_rows()
         st = ('<p class="note">Contextual Bradley-Terry with the normalised differences of answer length, '
               "markdown headers, lists and bold as extra features (as Chatbot Arena does).</p>"
               + _table(["model", "rating", "controlled", "controlled 95% CI", "rank", "delta"],
                        [[_e(row["model"]), _num(row["rating"]), _num(row["rating_controlled"]),
                          _ci(row["ci_low_controlled"], row["ci_high_controlled"]),
                          f"{row['rank']} &rarr; {row['rank_controlled']}", f"{row['delta']:+.1f}"]
-                        for row in style.to_rows()])
+                        for row in style_rows])
               + f'<p class="note">Style coefficients (log-odds per SD; + means the judge prefers more): {coefs}</p>')
     sections.append(("style", "Style control", st))
 
@@ -282,7 +286,8 @@ def _win_rates(ratings: list[Rating], battles: list[Battle]) -> str:
     pred = [[float(predicted[i, j]) for j in range(len(models))] for i in range(len(models))]
     obs, cnt = [], []
     for a in models:
-        row_o, row_c = [], []
+        row_o: list[float | None] = []
+        row_c: list[int] = []
         for b in models:
             if a not in idx or b not in idx:
                 row_o.append(None)
@@ -302,7 +307,7 @@ def _win_rates(ratings: list[Rating], battles: list[Battle]) -> str:
             f'{heatmap(models, cnt, kind="count", fmt="count", label="battles per pair")}</figure></div>')
 
 
-def _group_boards(cfg, ratings: list[Rating], battles: list[Battle], prompts: list[Prompt]) -> str:  # noqa: ANN001
+def _group_boards(cfg, ratings: list[Rating], battles: list[Battle], prompts: list[Prompt]) -> str:
     from ..rating.groups import group_battles, rate_groups
 
     columns: list[tuple[str, str, list[Battle]]] = []  # (kind, name, battles)
@@ -345,7 +350,7 @@ def _group_boards(cfg, ratings: list[Rating], battles: list[Battle], prompts: li
     return note + f'<div class="wide">{_table(head, rows)}</div>'
 
 
-def _scores_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
+def _scores_html(root: Path, cfg) -> str:
     """Return the MT-Bench-style scores table when the run's judge grades answers alone (an LLM judge), else ""."""
     from ..arena.llm_judges import load_judge_spec
     from ..pipeline import stage_scores
@@ -360,7 +365,7 @@ def _scores_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
     turns = sorted({t for r in rows for t in r.turns})
     cats = sorted({c for r in rows for c in r.categories})
 
-    def cell(c) -> str:  # noqa: ANN001 - rating.scores.Cell | None
+    def cell(c) -> str:
         return "-" if c is None else f'{_num(c.mean, 2)} <span class="ci">({c.n})</span>'
 
     head = ["model", "mean", "95% CI", *(f"turn {t}" for t in turns), "graded", "failed",
@@ -376,7 +381,7 @@ def _scores_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
             f'<div class="wide">{_table(head, body)}</div>')
 
 
-def _lc_html(root: Path, cfg) -> str:  # noqa: ANN001 - RunConfig
+def _lc_html(root: Path, cfg) -> str:
     """Return the raw and length-controlled win rates against the run's baseline (AlpacaEval 2)."""
     from ..pipeline import stage_lc_winrates
 
@@ -445,46 +450,44 @@ def _swatch(i: int) -> str:
 def _flywheel_html(root: Path) -> str:
     """Return the flywheel section from ``WORKSPACE/flywheel/state.json`` and its losses, or '' when absent.
 
-    Read as files (the flywheel package is not imported): the report works without it.
+    The state is read as records (``flywheel_state``; the flywheel package is not imported). A state
+    that cannot be read is said in the section: the rest of the report stands.
     """
     fw = root / "flywheel"
+    if not state_path(root).is_file():
+        return ""
     try:
-        state = json.loads((fw / "state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ""
-    if not isinstance(state, dict):
-        return ""
+        state = load_state(state_path(root))
+    except ArenaError as err:
+        return f'<p class="note">The flywheel\'s state is not shown: {_e(err)}</p>'
     out: list[str] = []
-    last = state.get("last_report") or {}
-    rounds = last.get("rounds") or []
-    evals = state.get("evaluations") or []
-    if rounds or last.get("references") or last.get("base"):
-        rows = []
-        if last.get("base"):
-            rows.append(("base: " + str(last["base"]["model"]), last["base"]))
-        rows += [(f"round {x['round']}: {x['model']}", x) for x in rounds]
-        rows += [("reference: " + str(x["model"]), x) for x in last.get("references") or []]
-        plot = [(n, x["rating"], x.get("ci_low"), x.get("ci_high")) for n, x in rows if x.get("rating") is not None]
+    last = state.last_report
+    evals = state.evaluations
+    if last is not None and (last.rounds or last.references or last.base):
+        rows: list[tuple[str, RatedModel | RoundRow]] = []
+        if last.base:
+            rows.append(("base: " + last.base.model, last.base))
+        rows += [(f"round {x.round}: {x.model}", x) for x in last.rounds]
+        rows += [("reference: " + x.model, x) for x in last.references]
+        plot = [(n, x.rating, x.ci_low, x.ci_high) for n, x in rows if x.rating is not None]
         out.append('<p class="note">Rating with 95% CI of each round\'s model, the untrained base and the '
                    "references, rated together on the test set after the last round.</p>")
         out.append(ci_plot(plot, width=760, label="rating per round"))
         out.append(_table(
             ["round", "model", "rating", "95% CI", "SFT examples", "DPO pairs", "RM pairs", "train loss", "stages"],
-            [[str(x["round"]), _e(x["model"]), _num(x.get("rating")), _ci(x.get("ci_low"), x.get("ci_high")),
-              str(x.get("sft_examples", 0)), str(x.get("dpo_pairs", 0)), str(x.get("rm_pairs", 0)),
-              _num(x.get("train_loss"), 4), _e(", ".join(x.get("stages", [])))] for x in rounds], left=2))
+            [[str(x.round), _e(x.model), _num(x.rating), _ci(x.ci_low, x.ci_high), str(x.sft_examples),
+              str(x.dpo_pairs), str(x.rm_pairs), _num(x.train_loss, 4), _e(", ".join(x.stages))] for x in last.rounds],
+            left=2))
     if len(evals) >= 2:
         series: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for k, ev in enumerate(evals):
-            for rt in ev.get("ratings", []):
-                if rt.get("rating") is not None:
-                    series[str(rt["model"])].append((float(k), float(rt["rating"])))
+            for rt in ev.ratings:
+                series[rt.model].append((float(k), float(rt.rating)))
         out.append('<p class="note">Ratings at each evaluation (x: evaluation number, after '
-                   + _e("; ".join(f"{k}: {ev.get('after', '?')}" for k, ev in enumerate(evals))) + ").</p>")
+                   + _e("; ".join(f"{k}: {ev.after}" for k, ev in enumerate(evals))) + ").</p>")
         out.append(line_chart(list(series.items()), x_label="evaluation", y_label="rating",
                               label="ratings per evaluation"))
-    stages = [s for s in (state.get("stages") or {}).values() if isinstance(s, dict)]
-    harvested = [(str(s.get("key")), sorted((s.get("by_model") or {}).items())) for s in stages if s.get("by_model")]
+    harvested = [(s.key, sorted(s.by_model.items())) for s in state.stages.values() if s.by_model]
     if harvested:
         out.append('<h3>Data harvested per reference model</h3><p class="note">Training examples (SFT: the '
                    "reference answer the target lost to; DPO / RM: the chosen answer) each stage took from each "
@@ -502,7 +505,8 @@ def _flywheel_html(root: Path) -> str:
         except (OSError, ValueError, AttributeError):
             continue
         pts = [(float(e["step"]), float(e["loss"])) for e in log
-               if isinstance(e, dict) and isinstance(e.get("loss"), (int, float)) and isinstance(e.get("step"), (int, float))]
+               if isinstance(e, dict) and isinstance(e.get("loss"), (int, float))
+               and isinstance(e.get("step"), (int, float))]
         if pts:
             series_l.append((f"{path.parent.parent.name}/{path.parent.name}", pts))
     if series_l:
