@@ -5,7 +5,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,7 +189,7 @@ class ScriptedServer:
 
         self.script, self.usage, self.delay = script, usage, delay
         self.bodies: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
+        self.headers: list[Mapping[str, str]] = []  # case-insensitive, as HTTP headers are
         self.arrivals: list[float] = []
         self.in_flight = self.peak = 0
         app = web.Application()
@@ -219,7 +219,7 @@ class ScriptedServer:
         self.peak = max(self.peak, self.in_flight)
         try:
             body = await request.json()
-            self.headers.append(dict(request.headers))
+            self.headers.append(request.headers.copy())
             self.bodies.append(body)
             reply = self._reply(body)
             if self.delay + reply.delay:
