@@ -79,7 +79,9 @@ def model_flops_per_token(llm, context: float) -> float:
     n_head = int(meta.get(f"{arch}.attention.head_count", 0))
     head_dim = int(meta.get(f"{arch}.attention.key_length", n_embd // max(1, n_head)))
     n_vocab = int(llm.n_vocab())
-    params = int(llm.n_params())
+    import llama_cpp
+
+    params = int(llama_cpp.llama_model_n_params(llm._model.model))
     tied = not _has_tensor(llm.model_path, "output.weight")
     # The token embedding is a lookup (no FLOPs); a tied model multiplies by it again as its output head.
     matmul = params - n_vocab * n_embd + n_vocab * n_embd * (1 if tied else 0)
