@@ -193,7 +193,8 @@ class ModelSpec(Section):
     n_ctx: int = 2048
     n_threads: int | None = None
     # transformers
-    batch_size: int = Field(16, ge=1, description="transformers: prompts generated together in one batch")
+    batch_size: int = Field(16, ge=1, description="transformers and llamacpp: prompts generated together in one "
+                            "batch (llamacpp: greedy completion-mode requests, continuously batched; 1: one at a time)")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="transformers: weights' dtype")
     # vllm
     engine_args: dict[str, Any] = Field(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -109,6 +110,17 @@ class Engine(abc.ABC):
     async def complete(self, request: Request) -> Completion:
         """Return the completion of ``request``; raise CallFailed when it cannot."""
 
+    async def stream(self, request: Request) -> AsyncGenerator[str | Completion, None]:
+        """Yield the completion's text in pieces as it is generated, then the :class:`Completion` itself.
+
+        The pieces add up to the completion's text. By default the whole text comes at once; an
+        engine that decodes token by token (llama.cpp) yields as it goes.
+        """
+        out = await self.complete(request)
+        if out.text:
+            yield out.text
+        yield out
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections or models."""
 
@@ -197,3 +209,4 @@ def completion_stops(fmt: PromptFormat, stop: list[str]) -> list[str]:
     if marker and marker not in stops:
         stops.append(marker)
     return stops
+

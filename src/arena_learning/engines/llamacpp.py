@@ -2,9 +2,11 @@
 
 One ``Llama`` per (file, context size, threads, chat format) is shared by every
 ModelSpec that names it, so three prompt formats of the bundled model load it
-once. llama.cpp is not thread-safe and already uses every core for one
-request, so requests run one at a time in a worker thread; the event loop stays
-free for the ledger and progress bars.
+once. Greedy completion-mode requests are decoded ``batch_size`` at a time in one
+context (``llama_batcher``: continuous batching, shared prefixes evaluated once);
+the rest (chat templates, JSON schemas, seeded samples) run one at a time through
+the ``Llama`` as before. Every llama.cpp call runs on one worker thread; the event
+loop stays free for the ledger and progress bars.
 """
 
 from __future__ import annotations
@@ -14,18 +16,22 @@ import atexit
 import os
 import threading
 import time
+from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..config import ModelSpec
 from ..errors import EngineError
-from .base import CallFailed, Completion, RequestTooLarge, Engine, Request, completion_stops, render_completion_prompt
+from .base import CallFailed, Completion, Engine, Request, RequestTooLarge, completion_stops, render_completion_prompt
 from .bundled import resolve_model_path
-from .identity import content_identity
 from .control_tokens import neutralise_messages
+from .identity import content_identity
+from .llama_batcher import Batcher, Job, n_ctx_error
 from .llama_check import check_llama
+from .streaming import TextStream
 
 _MODELS: dict[tuple[Any, ...], tuple[Any, threading.Lock]] = {}
+_BATCHERS: dict[tuple[Any, ...], Batcher] = {}  # (the model's key, batch size) -> its batched context
 # Every llama.cpp call runs on this one thread. ggml's OpenMP keeps a thread team per calling
 # thread; calls from a pool's changing threads leave idle teams spinning on the cores the
 # working team needs (measured: 20% slower on 2 cores).
@@ -38,16 +44,24 @@ def _close_models() -> None:
     # Free models before interpreter shutdown tears down llama_cpp's globals,
     # which otherwise makes Llama.__del__ print a TypeError at exit.
     with _MODELS_LOCK:
+        for batcher in _BATCHERS.values():  # a context goes before its model
+            batcher.close()
+        _BATCHERS.clear()
         for llm, _ in _MODELS.values():
             llm.close()
         _MODELS.clear()
+
+
+def _model_key(spec: ModelSpec) -> tuple[Any, ...]:
+    path = resolve_model_path(spec.model)
+    return (str(path), spec.n_ctx, spec.n_threads or os.cpu_count() or 1, spec.chat_format, spec.chat_template)
 
 
 def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
     """Return the shared ``Llama`` for ``spec`` and the lock that serialises its use."""
     path = resolve_model_path(spec.model)
     n_threads = spec.n_threads or os.cpu_count() or 1
-    key = (str(path), spec.n_ctx, n_threads, spec.chat_format, spec.chat_template)
+    key = _model_key(spec)
     with _MODELS_LOCK:
         if key not in _MODELS:
             # A library built for another CPU would kill this process at its first token: probe it in a child first.
@@ -83,6 +97,16 @@ def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
         return _MODELS[key]
 
 
+def load_batcher(spec: ModelSpec) -> Batcher:
+    """Return the batched context that decodes ``spec``'s greedy requests, ``spec.batch_size`` at a time."""
+    llm, _ = load_llama(spec)
+    key = (*_model_key(spec), spec.batch_size)
+    with _MODELS_LOCK:
+        if key not in _BATCHERS:
+            _BATCHERS[key] = Batcher(llm, spec.batch_size, int(llm.n_ctx()), _WORKER)
+        return _BATCHERS[key]
+
+
 class LlamaCppEngine(Engine):
     kind = "llamacpp"
     in_process = True
@@ -94,9 +118,10 @@ class LlamaCppEngine(Engine):
 
     @property
     def in_flight(self) -> int:
-        # One at a time: llama.cpp's threads already use every core, and bookkeeping done on the
-        # side while it computes slows it more than it saves (measured: 20% on 2 cores).
-        return 1
+        # Enough queued that a slot that finishes takes the next request at once. (With batch_size 1,
+        # one at a time: bookkeeping done on the side while llama.cpp computes slows it more than it
+        # saves, measured 20% on 2 cores.)
+        return 2 * self.spec.batch_size if self.spec.batch_size > 1 else 1
 
     @property
     def model_id(self) -> str:
@@ -112,8 +137,100 @@ class LlamaCppEngine(Engine):
         (added as the library adds it to a string prompt) is the only special token."""
         return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
 
+    def batched(self, request: Request) -> bool:
+        """Whether ``request`` is decoded in the batched context: greedy, plain completion text, no schema.
+
+        A seeded sample runs alone (``complete_sync``): logits computed beside other sequences can
+        differ in the last bits, which would let what else was asked change the draw.
+        """
+        params = {**self.default_params(), **request.params}
+        chat = request.messages is not None and self.spec.mode == "chat"
+        return (self.spec.batch_size > 1 and not chat and params.get("json_schema") is None
+                and float(params["temperature"]) == 0.0)
+
     async def complete(self, request: Request) -> Completion:
-        return await asyncio.get_running_loop().run_in_executor(_WORKER, self.complete_sync, request)
+        if not self.batched(request):
+            return await asyncio.get_running_loop().run_in_executor(_WORKER, self.complete_sync, request)
+        job = self._job(request)
+        try:
+            out = await asyncio.wrap_future(load_batcher(self.spec).submit(job))
+        except asyncio.CancelledError:
+            job.abandoned = True  # a running decode cannot be cancelled through its future
+            raise
+        return self._finish(request, out)
+
+    async def stream(self, request: Request) -> AsyncGenerator[str | Completion, None]:
+        if not self.batched(request):
+            async for part in super().stream(request):
+                yield part
+            return
+        loop = asyncio.get_running_loop()
+        texts: asyncio.Queue[bytes] = asyncio.Queue()
+        job = self._job(request)
+
+        def on_text(text: bytes) -> None:  # on the worker thread
+            loop.call_soon_threadsafe(texts.put_nowait, text)
+
+        job.on_text = on_text
+        future = asyncio.wrap_future(load_batcher(self.spec).submit(job))
+        shown = TextStream(job.stops, self._strips(request))
+        try:
+            while not future.done():
+                getter = asyncio.ensure_future(texts.get())
+                await asyncio.wait({getter, future}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    break
+                delta = shown.feed(getter.result())
+                if delta:
+                    yield delta
+            out = self._finish(request, await future)
+        finally:
+            job.abandoned = True  # a client that went away frees its slot (a no-op once finished)
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())  # nobody waits for it now
+        rest = shown.rest(out.text)
+        if rest:
+            yield rest
+        yield out
+
+    def batch_stats(self) -> dict[str, int]:
+        """Return the batched context's counters: decode steps, tokens decoded, most sequences in one step."""
+        key = (*_model_key(self.spec), self.spec.batch_size)
+        batcher = _BATCHERS.get(key)
+        if batcher is None:
+            return {"size": self.spec.batch_size, "steps": 0, "evaluated": 0, "peak": 0}
+        return {"size": batcher.size, "steps": batcher.steps, "evaluated": batcher.evaluated, "peak": batcher.peak}
+
+    def _strips(self, request: Request) -> bool:
+        return request.messages is not None and self.spec.prompt_format.strip_answer
+
+    def _prompt(self, request: Request, params: dict[str, Any]) -> tuple[str, list[str]]:
+        """Return the text the model continues and the stop strings of a completion-mode request."""
+        stop = params["stop"]
+        if request.messages is None:
+            return request.prompt or "", stop
+        fmt = self.spec.prompt_format
+        return render_completion_prompt(fmt, request.messages), completion_stops(fmt, stop)
+
+    def _job(self, request: Request) -> Job:
+        params = {**self.default_params(), **request.params}
+        prompt, stop = self._prompt(request, params)
+        tokens = self.prompt_tokens(prompt)
+        # The configured window (llama.cpp rounds its own up to a multiple of 256; the Llama keeps n_ctx tokens).
+        n_ctx = min(self.spec.n_ctx, int(self.llm.n_ctx()))
+        if len(tokens) >= n_ctx:
+            err = n_ctx_error(len(tokens), n_ctx)
+            raise RequestTooLarge(f"llama.cpp: {err} (raise n_ctx of model {self.spec.name!r})")
+        max_tokens = params["max_tokens"]
+        # create_completion's rule: no limit (or one past the window) means up to the window's end.
+        if max_tokens is None or max_tokens <= 0 or max_tokens + len(tokens) >= n_ctx:
+            max_tokens = n_ctx - len(tokens)
+        return Job(tokens=tokens, max_tokens=max_tokens, stops=[s.encode("utf-8") for s in stop or []])
+
+    def _finish(self, request: Request, out: Completion) -> Completion:
+        if self._strips(request):
+            out.text = out.text.strip()
+        return out
 
     def complete_sync(self, request: Request) -> Completion:
         """Return the completion of ``request``, run in the calling thread (prefer ``complete``)."""
@@ -144,18 +261,12 @@ class LlamaCppEngine(Engine):
                     )
                     text = out["choices"][0]["message"]["content"] or ""
                 else:
-                    stop = params["stop"]
-                    if request.messages is not None:
-                        fmt = self.spec.prompt_format
-                        prompt = render_completion_prompt(fmt, request.messages)
-                        stop = completion_stops(fmt, stop)
-                    else:
-                        prompt = request.prompt or ""
+                    prompt, stop = self._prompt(request, params)
                     grammar = _grammar(schema) if schema is not None else None
                     out = self.llm.create_completion(prompt=self.prompt_tokens(prompt), stop=stop or None,
                                                      grammar=grammar, **kwargs)
                     text = out["choices"][0]["text"]
-                    if request.messages is not None and self.spec.prompt_format.strip_answer:
+                    if self._strips(request):
                         text = text.strip()
         except ValueError as err:
             # llama.cpp raises ValueError for a prompt longer than the context window.

@@ -5,6 +5,12 @@ Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``,
 real server the tests drive the ``openai`` engine against. It binds to
 127.0.0.1 unless told otherwise, and can require a bearer token.
 
+``stream: true`` answers as server-sent events, as OpenAI's API does (chunks, then a usage chunk
+when ``stream_options.include_usage`` asks, then ``[DONE]``); concurrent requests share the
+engine (llama.cpp decodes them in one batch). What the server cannot honour (``n`` > 1,
+``logprobs``, tools, ``best_of``, ``echo``) is a 400 in OpenAI's error shape, never an answer
+that silently ignores it.
+
 With ``faults`` it is also the fault injector of the reliability tests and benchmark: at the
 configured rates, each completion request gets a 429 with Retry-After, a 500/502/503, a reset
 connection, a timeout (the reply comes after ``timeout_s``), a truncated or invalid JSON body,
@@ -26,7 +32,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from .base import CallFailed, Engine, Request, RequestTooLarge
+from .base import CallFailed, Completion, Engine, Request, RequestTooLarge
 
 SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "seed", "stop")
 
@@ -87,8 +93,35 @@ class FaultSpec:
         return None
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+def _error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "param": param, "code": status}},
+                             status=status)
+
+
+# Request fields this server cannot honour: (field, whether a value asks for it, what to say).
+UNSUPPORTED: tuple[tuple[str, Any, str], ...] = (
+    ("n", lambda v: v not in (None, 1), "n > 1 is not supported (one choice per request)"),
+    ("best_of", lambda v: v not in (None, 1), "best_of is not supported"),
+    ("logprobs", lambda v: v not in (None, False), "logprobs are not supported"),
+    ("top_logprobs", lambda v: v is not None, "logprobs are not supported"),
+    ("echo", lambda v: bool(v), "echo is not supported"),
+    ("tools", lambda v: bool(v), "tools are not supported (the model cannot call functions)"),
+    ("tool_choice", lambda v: v not in (None, "none"), "tools are not supported (the model cannot call functions)"),
+    ("functions", lambda v: bool(v), "functions are not supported (the model cannot call functions)"),
+    ("function_call", lambda v: v not in (None, "none"), "functions are not supported"),
+)
+
+
+def _unsupported(body: dict[str, Any]) -> web.Response | None:
+    for key, asks, message in UNSUPPORTED:
+        if asks(body.get(key)):
+            return _error(400, f"{message}; got {key}={json.dumps(body.get(key))[:80]}", param=key)
+    if body.get("stream") not in (None, False, True):
+        return _error(400, "stream must be true or false", param="stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        return _error(400, "stream_options must be an object", param="stream_options")
+    return None
 
 
 def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: FaultSpec | None = None
@@ -160,6 +193,9 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
             return None, _error(400, f"request body must be a JSON object with {field_name!r}")
         if body.get("model", name) != name:
             return None, _error(404, f"model {body.get('model')!r} not found; this server serves {name!r}", "not_found")
+        refused = _unsupported(body)
+        if refused is not None:
+            return None, refused
         return body, None
 
     def params_of(body: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +207,8 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
         fmt = body.get("response_format")
         if isinstance(fmt, dict):
             # OpenAI's json_schema form, or llama.cpp's json_object with a schema, or plain JSON mode.
-            schema = (fmt.get("json_schema") or {}).get("schema") if fmt.get("type") == "json_schema" else fmt.get("schema")
+            schema = ((fmt.get("json_schema") or {}).get("schema") if fmt.get("type") == "json_schema"
+                      else fmt.get("schema"))
             if schema is None and fmt.get("type") in ("json_object", "json_schema"):
                 schema = {"type": "object"}
             if schema is not None:
@@ -189,14 +226,16 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
             stats["errors"] += 1
             return _error(500, str(err), "server_error")
 
-    async def chat(req: web.Request) -> web.Response:
+    async def chat(req: web.Request) -> web.StreamResponse:
         body, err = await parse(req, "messages")
-        if err is not None:
-            return err
+        if err is not None or body is None:
+            return err or _error(400, "no body")
         try:
             request = Request(messages=body["messages"], params=params_of(body))
         except ValidationError as exc:
             return _error(400, f"bad messages: {exc.errors()[0]['msg']}")
+        if body.get("stream"):
+            return await stream(req, body, request, chat=True)
         out = await run(request)
         if isinstance(out, web.Response):
             return out
@@ -218,16 +257,19 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
             }
         )
 
-    async def completions(req: web.Request) -> web.Response:
+    async def completions(req: web.Request) -> web.StreamResponse:
         body, err = await parse(req, "prompt")
-        if err is not None:
-            return err
+        if err is not None or body is None:
+            return err or _error(400, "no body")
         prompt = body["prompt"]
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
         if not isinstance(prompt, str):
             return _error(400, "prompt must be a string (batched prompts are not supported)")
-        out = await run(Request(prompt=prompt, params=params_of(body)))
+        request = Request(prompt=prompt, params=params_of(body))
+        if body.get("stream"):
+            return await stream(req, body, request, chat=False)
+        out = await run(request)
         if isinstance(out, web.Response):
             return out
         stats["ok"] += 1
@@ -242,8 +284,62 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
             }
         )
 
+    async def stream(req: web.Request, body: dict[str, Any], request: Request, *, chat: bool) -> web.StreamResponse:
+        """Answer ``request`` as server-sent events: OpenAI's chunks, the usage chunk if asked, ``[DONE]``."""
+        stats["requests"] += 1
+        head = {"id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16],
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()), "model": name}
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def chunk(delta: dict[str, Any] | str | None, finish: str | None = None) -> bytes:
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": finish}
+            data: dict[str, Any] = {**head, "choices": [choice]}
+            if include_usage:
+                data["usage"] = None
+            return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+        parts = engine.stream(request)
+        # The first piece decides between an error reply (nothing sent yet) and a stream.
+        try:
+            first = await parts.__anext__()
+        except RequestTooLarge as err:
+            stats["errors"] += 1
+            return _error(400, str(err))
+        except CallFailed as err:
+            stats["errors"] += 1
+            return _error(500, str(err), "server_error")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(req)
+        if chat:
+            await resp.write(chunk({"role": "assistant", "content": ""}))
+        try:
+            part: Any = first
+            while not isinstance(part, Completion):
+                await resp.write(chunk({"content": part} if chat else part))
+                part = await parts.__anext__()
+        except CallFailed as err:
+            stats["errors"] += 1
+            error = {"error": {"message": str(err), "type": "server_error", "param": None, "code": 500}}
+            await resp.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+            await resp.write_eof()
+            return resp
+        finally:
+            await parts.aclose()
+        await resp.write(chunk({} if chat else "", part.finish_reason or "stop"))
+        if include_usage:
+            await resp.write(b"data: " + json.dumps({**head, "choices": [], "usage": _usage(part)}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        stats["ok"] += 1
+        return resp
+
     async def health(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", **stats})
+        batch = getattr(engine, "batch_stats", None)  # llama.cpp: how the requests were batched
+        return web.json_response({"status": "ok", **stats, **({"batch": batch()} if callable(batch) else {})})
 
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[guard])
     app.router.add_get("/v1/models", models)

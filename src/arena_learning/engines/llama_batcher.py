@@ -1,0 +1,330 @@
+"""Continuous batching for llama.cpp: many greedy completions decoded together in one context.
+
+Decoding one sequence reads every weight once per token; a step that decodes ``size`` sequences
+reads them once for all of them, so on a CPU that is bound by memory bandwidth a step of 16
+tokens costs little more than a step of one. A :class:`Batcher` owns a llama.cpp context of its
+own (beside the ``Llama``'s, which the sequential path keeps) with a unified KV cache holding up
+to ``size`` sequences, one per slot. Each step puts one token of every generating slot and the
+next prompt tokens of newly admitted ones into one ``llama_batch`` (per-token sequence ids and
+positions), decodes it, and picks each slot's next token from its own logits. A slot that stops
+(end of generation, a stop string, its ``max_tokens``) hands its future its completion and takes
+the next queued request at once.
+
+A prompt shares its first tokens with another slot's (the few-shot examples of a prompt format,
+a chat template's preamble): those cells are copied with ``llama_memory_seq_cp``, which in a
+unified cache only adds the sequence to the cells, so the shared prefix is evaluated once. A
+request whose prefix is still being evaluated in another slot waits one step for it.
+
+Text, stops and token counts follow ``Llama.create_completion`` exactly (the same stop-string,
+multi-byte and ``max_tokens`` rules), so a batched answer is the sequential answer whenever the
+logits pick the same tokens. They are the same computation, but a matrix product over a batch of
+several tokens can round its last bits differently from one token's on some CPUs, which can flip
+a near-tie: the engine batches greedy requests only (``LlamaCppEngine``), and a seeded sample
+runs alone as before, so it repeats whatever else is asked.
+
+Every call runs on the engine's one worker thread (ggml's thread team, see ``llamacpp``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import EngineError
+from .base import CallFailed, Completion
+
+MAX_CELLS = 8192
+"""KV cells of a batched context beyond one sequence's n_ctx: sequences are admitted while their
+prompts and max_tokens fit (counted without the shared prefixes, so never too many)."""
+
+SHARE_MIN = 16
+"""A prefix shorter than this is evaluated again rather than waited for."""
+
+
+@dataclass
+class Job:
+    """One greedy completion to decode: prompt tokens, stops and where the result goes."""
+
+    tokens: list[int]
+    max_tokens: int
+    stops: list[bytes]
+    future: Future = field(default_factory=Future)
+    on_text: Callable[[bytes], None] | None = None  # called on the worker with the output so far, as it grows
+    start: float = field(default_factory=time.perf_counter)
+    abandoned: bool = False  # the caller went away (a closed stream): its slot is freed at the next step
+
+    def gone(self) -> bool:
+        return self.abandoned or self.future.cancelled()
+
+
+@dataclass
+class _Slot:
+    seq: int
+    cached: list[int] = field(default_factory=list)  # tokens whose KV this sequence holds, in order
+    pending: list[int] = field(default_factory=list)  # tokens to evaluate next
+    job: Job | None = None
+    out: list[int] = field(default_factory=list)
+    pieces: list[bytes] = field(default_factory=list)
+    multibyte_fix: int = 0
+
+    def cells(self) -> int:
+        """Cells this slot may end up holding (shared ones counted as its own)."""
+        left = self.job.max_tokens - len(self.out) if self.job is not None else 0
+        return len(self.cached) + len(self.pending) + max(0, left)
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Batcher:
+    """Decodes up to ``size`` greedy completions of one ``Llama`` together (continuous batching).
+
+    ``submit`` queues a :class:`Job` and returns its future; the decode loop runs on ``worker`` while
+    there is work, and ends when the queue and the slots are empty.
+    """
+
+    def __init__(self, llm: Any, size: int, n_ctx_seq: int, worker: Any):
+        import llama_cpp as lc
+
+        self._lc = lc
+        self.llm = llm
+        self.size = size
+        self.n_ctx_seq = n_ctx_seq
+        self.worker = worker
+        self.n_cells = max(n_ctx_seq, min(size * n_ctx_seq, MAX_CELLS))
+        # The Llama's own settings (threads, rope, attention, batch), with room for `size` sequences in
+        # one unified cache: a split cache (one stream per sequence) decodes only runs of consecutive
+        # sequence ids together, which slots that finish at random times are not.
+        params = lc.llama_context_params.from_buffer_copy(llm.context_params)
+        params.n_ctx = self.n_cells
+        params.n_seq_max = size
+        params.kv_unified = True
+        params.no_perf = True
+        self.n_batch = int(params.n_batch)
+        ctx = lc.llama_init_from_model(llm._model.model, params)
+        if not ctx:
+            raise EngineError(f"llama.cpp could not make a context of {self.n_cells} cells for {size} sequences "
+                              "(lower batch_size or n_ctx)")
+        self.ctx = ctx
+        self.mem = lc.llama_get_memory(ctx)
+        self.batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self.vocab = llm._model.vocab
+        self.n_vocab = int(llm.n_vocab())
+        self.bos = int(llm.token_bos())
+        self.slots = [_Slot(i) for i in range(size)]
+        self.queue: deque[Job] = deque()
+        self.lock = threading.Lock()
+        self.running = False
+        self.closed = False
+        self.steps = 0  # decode calls made
+        self.evaluated = 0  # tokens decoded (prompt tokens evaluated once for a shared prefix)
+        self.peak = 0  # the most sequences decoded in one step
+
+    # ---- the caller's side -------------------------------------------------------------------
+
+    def submit(self, job: Job) -> Future:
+        """Queue ``job``; its future gets a :class:`Completion` or a CallFailed."""
+        with self.lock:
+            if self.closed:
+                raise CallFailed("llama.cpp: the model was closed")
+            self.queue.append(job)
+            if not self.running:
+                self.running = True
+                self.worker.submit(self._run)
+        return job.future
+
+    def close(self) -> None:
+        """Free the context (at exit, before the model)."""
+        with self.lock:
+            self.closed = True
+            if self.ctx is not None:
+                self._lc.llama_batch_free(self.batch)
+                self._lc.llama_free(self.ctx)
+                self.ctx = None
+
+    # ---- the worker's side ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self.lock:
+                    if self.closed or (not self.queue and all(s.job is None for s in self.slots)):
+                        self.running = False
+                        return
+                self._step()
+        except BaseException as err:
+            failure = err if isinstance(err, CallFailed) else CallFailed(f"llama.cpp: {err!r}")
+            with self.lock:
+                jobs = [s.job for s in self.slots if s.job is not None] + list(self.queue)
+                self.queue.clear()
+                for s in self.slots:
+                    s.job, s.cached, s.pending = None, [], []
+                if self.ctx is not None:
+                    self._lc.llama_memory_clear(self.mem, True)
+                self.running = False
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(failure)
+
+    def _admit(self) -> None:
+        """Give queued jobs free slots, reusing the longest evaluated prefix any slot holds."""
+        lc = self._lc
+        while True:
+            free = [s for s in self.slots if s.job is None]
+            with self.lock:
+                if not free or not self.queue:
+                    return
+                job = self.queue[0]
+            if job.gone():
+                with self.lock:
+                    self.queue.popleft()
+                continue
+            tokens = job.tokens
+            # Wait a step for a prefix another slot is evaluating now, rather than evaluate it twice.
+            best_done = max((_lcp(s.cached, tokens) for s in self.slots), default=0)
+            evaluating = max((_lcp(s.cached + s.pending, tokens) for s in self.slots if s.job is not None
+                              and len(s.pending) > 1), default=0)
+            if evaluating >= max(SHARE_MIN, best_done + SHARE_MIN):
+                return
+            need = len(tokens) + job.max_tokens
+            if sum(s.cells() for s in self.slots) + need > self.n_cells:
+                for s in free:  # drop what idle slots keep for reuse, then try again
+                    if s.cached:
+                        lc.llama_memory_seq_rm(self.mem, s.seq, -1, -1)
+                        s.cached = []
+                if sum(s.cells() for s in self.slots) + need > self.n_cells:
+                    return  # it fits once running slots finish
+                best_done = max((_lcp(s.cached, tokens) for s in self.slots), default=0)
+            with self.lock:
+                self.queue.popleft()
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            # Prefer the free slot that holds the longest prefix itself (nothing to copy).
+            slot = max(free, key=lambda s: _lcp(s.cached, tokens))
+            own = _lcp(slot.cached, tokens)
+            source = max(self.slots, key=lambda s: _lcp(s.cached, tokens))
+            keep = min(max(own, best_done), len(tokens) - 1)  # at least one token is evaluated, for logits
+            if own >= best_done or source is slot:
+                keep = min(own, len(tokens) - 1)
+                lc.llama_memory_seq_rm(self.mem, slot.seq, keep, -1)
+            else:
+                lc.llama_memory_seq_rm(self.mem, slot.seq, -1, -1)
+                lc.llama_memory_seq_cp(self.mem, source.seq, slot.seq, 0, keep)
+            slot.cached = tokens[:keep]
+            slot.pending = tokens[keep:]
+            slot.job, slot.out, slot.pieces, slot.multibyte_fix = job, [], [], 0
+
+    def _step(self) -> None:
+        """Admit what fits, decode one batch, and advance every slot that got logits."""
+        lc = self._lc
+        self._admit()
+        for s in self.slots:  # a caller that went away (a closed stream) frees its slot
+            if s.job is not None and s.job.gone():
+                if not s.job.future.done():
+                    s.job.future.set_exception(CallFailed("llama.cpp: the caller went away"))
+                s.job, s.pending = None, []
+        active = [s for s in self.slots if s.job is not None and s.pending]
+        if not active:
+            return
+        batch = self.batch
+        n = 0
+        taken: list[tuple[_Slot, int, int]] = []  # slot, tokens taken, batch index of its logits (-1: none)
+        # Generating slots first (one token each), then prompt tokens as far as the batch holds.
+        for s in sorted(active, key=lambda s: len(s.pending)):
+            take = min(len(s.pending), self.n_batch - n)
+            if take <= 0:
+                break
+            base = len(s.cached)
+            for j in range(take):
+                batch.token[n + j] = s.pending[j]
+                batch.pos[n + j] = base + j
+                batch.n_seq_id[n + j] = 1
+                batch.seq_id[n + j][0] = s.seq
+                batch.logits[n + j] = 0
+            last = -1
+            if take == len(s.pending):
+                last = n + take - 1
+                batch.logits[last] = 1
+            taken.append((s, take, last))
+            n += take
+        batch.n_tokens = n
+        rc = lc.llama_decode(self.ctx, batch)
+        self.steps += 1
+        self.evaluated += n
+        self.peak = max(self.peak, len(taken))
+        if rc != 0:
+            raise CallFailed(f"llama.cpp: llama_decode returned {rc} for a batch of {n} tokens "
+                             f"({len(taken)} sequences, {self.n_cells} cells)")
+        for s, take, last in taken:
+            s.cached.extend(s.pending[:take])
+            s.pending = s.pending[take:]
+            if last < 0:
+                continue
+            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, last), shape=(self.n_vocab,))
+            self._accept(s, int(np.argmax(logits)))
+
+    def _accept(self, s: _Slot, token: int) -> None:
+        """Add ``token`` to the slot's output, or finish it: ``Llama._create_completion``'s rules."""
+        job = s.job
+        assert job is not None
+        if self._lc.llama_vocab_is_eog(self.vocab, token):
+            self._finish(s, self._text(s), "stop")
+            return
+        s.out.append(token)
+        piece = self.llm._model.detokenize([token])
+        s.pieces.append(piece)
+        all_text = self._text(s)
+        # An unfinished UTF-8 character: no stop or length check until it is whole (as the library does).
+        for k, char in enumerate(all_text[-3:]):
+            k = 3 - k
+            for num, pattern in ((2, 192), (3, 224), (4, 240)):
+                if num > k and pattern & char == pattern:
+                    s.multibyte_fix = num - k
+        if s.multibyte_fix > 0:
+            s.multibyte_fix -= 1
+            s.pending = [token]
+            return
+        hits = [stop for stop in job.stops if stop in all_text]
+        if hits:
+            self._finish(s, all_text[: all_text.index(hits[0])], "stop")
+            return
+        if len(s.out) >= job.max_tokens:
+            self._finish(s, all_text, "length")
+            return
+        if job.on_text is not None:
+            job.on_text(all_text)
+        s.pending = [token]
+
+    def _text(self, s: _Slot) -> bytes:
+        text = b"".join(s.pieces)
+        # Llama's detokenize drops the space after a leading BOS (an empty prompt's completion starts with one).
+        return text[1:] if s.out and s.out[0] == self.bos and text[:1] == b" " else text
+
+    def _finish(self, s: _Slot, text: bytes, reason: str) -> None:
+        job = s.job
+        assert job is not None
+        s.job, s.pending = None, []
+        if not job.future.done():
+            job.future.set_result(Completion(
+                text=text.decode("utf-8", errors="ignore"), tokens_in=len(job.tokens), tokens_out=len(s.out),
+                latency_s=time.perf_counter() - job.start, finish_reason=reason,
+            ))
+
+
+def n_ctx_error(n_tokens: int, n_ctx: int) -> ValueError:
+    """Return the error ``Llama.create_completion`` raises for a prompt that does not fit (same words)."""
+    return ValueError(f"Requested tokens ({n_tokens}) exceed context window of {n_ctx}")
+
+
