@@ -5,7 +5,7 @@ and 8-shot, greedy, max 24 tokens) and ``--n`` of its prompts each, in one proce
 
 - bare: ``llama_cpp.Llama.create_completion``, one prompt after the other (what the engine did
   before batching; its answers are the reference the batched answers are compared with);
-- engine: our engine through the ledger (``run_requests``), ``batch_size`` requests decoded together,
+- engine: our engine through the ledger (``run_requests``), ``parallel`` requests decoded together,
   for each batch size of ``--batches`` (the first is the default; the others show the curve);
 - ceiling: a matrix-multiply probe (numpy float32 on the same threads, GFLOP/s) divided by the
   model's FLOPs per token, and a memory-bandwidth probe (a float32 matrix-vector product, GB/s)
@@ -152,7 +152,7 @@ def main() -> int:
     for size in batches:
         tokens_out, seconds, diff = 0, 0.0, 0
         for spec in specs:
-            engine = build_engine(spec.model_copy(update={"batch_size": size}))
+            engine = build_engine(spec.model_copy(update={"parallel": size}))
             reqs = [Request(messages=[{"role": "user", "content": p.turns[0]}]) for p in prompts]
             with tempfile.TemporaryDirectory() as tmp, Store(tmp) as store:
                 t = time.perf_counter()
@@ -161,7 +161,7 @@ def main() -> int:
             tokens_out += sum(c.tokens_out for c in outs if c is not None)
             diff += sum(1 for c, ref in zip(outs, reference[spec.name]) if c is None or c.text != ref)
         rates[size], differ[size] = tokens_out / seconds, diff
-        print(f"engine, batch_size {size:3d}:             {rates[size]:7.1f} tok/s  ({tokens_out} tokens, "
+        print(f"engine, parallel {size:3d}:               {rates[size]:7.1f} tok/s  ({tokens_out} tokens, "
               f"{seconds:.1f} s; x{rates[size] / bare_rate:4.2f} bare; answers differing from bare: "
               f"{diff}/{n_answers})")
 

@@ -65,6 +65,7 @@ models:
     model: bundled
     mode: completion
     n_threads: 1
+    parallel: 8
     prompt_format:
       few_shot:
         - ["What is 12 + 7?", "19"]

@@ -24,12 +24,12 @@ def ask(text: str) -> Request:
 
 
 def one_by_one(spec: ModelSpec, requests: list[Request]):
-    engine = LlamaCppEngine(spec.model_copy(update={"batch_size": 1}))
+    engine = LlamaCppEngine(spec.model_copy(update={"parallel": 1}))
     return [engine.complete_sync(r) for r in requests]
 
 
 def together(spec: ModelSpec, requests: list[Request], size: int = 16):
-    engine = build_engine(spec.model_copy(update={"batch_size": size}))
+    engine = build_engine(spec.model_copy(update={"parallel": size}))
 
     async def go():
         return await asyncio.gather(*(engine.complete(r) for r in requests))
@@ -52,7 +52,7 @@ def test_one_request_at_a_time_the_batched_context_gives_the_sequential_answers_
     # with nothing decoded beside it, a request gets the sequential engine's answer token for token.
     specs, requests = quickstart_sample(9)
     for spec in specs:
-        engine = build_engine(spec.model_copy(update={"batch_size": 16}))
+        engine = build_engine(spec.model_copy(update={"parallel": 16}))
 
         async def go(engine=engine):
             return [await engine.complete(r) for r in requests]
@@ -81,7 +81,7 @@ def test_requests_in_one_batch_keep_their_own_limits_and_stops_and_slots_are_reu
     texts = ["Count: 1, 2, 3,", "The capital of France is", "Write a word:", "List colours: red,"]
     limits = ((1, []), (7, [","]), (20, ["\n"]), (33, []))
     requests = [Request(prompt=t, params={"max_tokens": m, "stop": s}) for t in texts for m, s in limits]
-    batcher = load_batcher(spec.model_copy(update={"batch_size": 4}))
+    batcher = load_batcher(spec.model_copy(update={"parallel": 4}))
     batched = together(spec, requests, size=4)  # 16 requests through 4 slots
     for r, c in zip(requests, batched):
         stops, max_tokens = r.params["stop"], r.params["max_tokens"]
@@ -96,7 +96,7 @@ def test_requests_in_one_batch_keep_their_own_limits_and_stops_and_slots_are_reu
 
 def test_a_shared_few_shot_prefix_is_evaluated_once():
     cfg = load_config_file(QUICKSTART, RunConfig)
-    spec = cfg.models[2].model_copy(update={"n_threads": 1, "batch_size": 8})  # 8-shot
+    spec = cfg.models[2].model_copy(update={"n_threads": 1, "parallel": 8})  # 8-shot
     assert len(spec.prompt_format.few_shot) == 8
     engine = build_engine(spec)
     requests = [ask(p.turns[0]) for p in generate_tasks(16, seed=3)]
@@ -144,11 +144,12 @@ def test_a_workspace_answered_one_at_a_time_asks_nothing_when_batched(tmp_path):
     from arena_learning.store import Store
 
     overrides = ["tasks.n=9", *(f"models.{i}.n_threads=1" for i in range(3))]
-    old = load_config_file(QUICKSTART, RunConfig, [*overrides, *(f"models.{i}.batch_size=1" for i in range(3))])
-    new = load_config_file(QUICKSTART, RunConfig, overrides)
-    assert {m.batch_size for m in old.models} == {1} and {m.batch_size for m in new.models} == {16}
+    old = load_config_file(QUICKSTART, RunConfig, overrides)
+    new = load_config_file(QUICKSTART, RunConfig, [*overrides, *(f"models.{i}.parallel=16" for i in range(3))])
+    assert {m.parallel for m in old.models} == {1} and {m.parallel for m in new.models} == {16}
     with Store(tmp_path / "ws") as store:
-        first = pipeline.stage_answer(old, store, show_progress=False)
+        prompts = pipeline.stage_prompts(old, store)
+        first = pipeline.stage_answer(old, store, prompts=prompts, show_progress=False)
         assert {s.sent for s in first.stats.values()} == {9}
-        again = pipeline.stage_answer(new, store, show_progress=False)
+        again = pipeline.stage_answer(new, store, prompts=prompts, show_progress=False)
         assert {(s.sent, s.cached) for s in again.stats.values()} == {(0, 9)}

@@ -192,9 +192,12 @@ class ModelSpec(Section):
     # llamacpp
     n_ctx: int = 2048
     n_threads: int | None = None
+    parallel: int = Field(1, ge=1, description="llamacpp: greedy completion-mode requests decoded together in one "
+                          "context (continuous batching, like llama.cpp server's --parallel); 1: one at a time. "
+                          "Batched rows go through other kernels, so near-tie greedy answers can differ from "
+                          "one-at-a-time ones (README: Batched decoding)")
     # transformers
-    batch_size: int = Field(16, ge=1, description="transformers and llamacpp: prompts generated together in one "
-                            "batch (llamacpp: greedy completion-mode requests, continuously batched; 1: one at a time)")
+    batch_size: int = Field(16, ge=1, description="transformers: prompts generated together in one batch")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="transformers: weights' dtype")
     # vllm
     engine_args: dict[str, Any] = Field(

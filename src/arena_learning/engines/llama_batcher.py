@@ -116,7 +116,7 @@ class Batcher:
         ctx = lc.llama_init_from_model(llm._model.model, params)
         if not ctx:
             raise EngineError(f"llama.cpp could not make a context of {self.n_cells} cells for {size} sequences "
-                              "(lower batch_size or n_ctx)")
+                              "(lower parallel or n_ctx)")
         self.ctx = ctx
         self.mem = lc.llama_get_memory(ctx)
         self.batch = lc.llama_batch_init(self.n_batch, 0, 1)

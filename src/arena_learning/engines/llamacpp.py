@@ -2,7 +2,7 @@
 
 One ``Llama`` per (file, context size, threads, chat format) is shared by every
 ModelSpec that names it, so three prompt formats of the bundled model load it
-once. Greedy completion-mode requests are decoded ``batch_size`` at a time in one
+once. Greedy completion-mode requests are decoded ``parallel`` at a time in one
 context (``llama_batcher``: continuous batching, shared prefixes evaluated once);
 the rest (chat templates, JSON schemas, seeded samples) run one at a time through
 the ``Llama`` as before. Every llama.cpp call runs on one worker thread; the event
@@ -98,12 +98,12 @@ def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
 
 
 def load_batcher(spec: ModelSpec) -> Batcher:
-    """Return the batched context that decodes ``spec``'s greedy requests, ``spec.batch_size`` at a time."""
+    """Return the batched context that decodes ``spec``'s greedy requests, ``spec.parallel`` at a time."""
     llm, _ = load_llama(spec)
-    key = (*_model_key(spec), spec.batch_size)
+    key = (*_model_key(spec), spec.parallel)
     with _MODELS_LOCK:
         if key not in _BATCHERS:
-            _BATCHERS[key] = Batcher(llm, spec.batch_size, int(llm.n_ctx()), _WORKER)
+            _BATCHERS[key] = Batcher(llm, spec.parallel, int(llm.n_ctx()), _WORKER)
         return _BATCHERS[key]
 
 
@@ -118,10 +118,10 @@ class LlamaCppEngine(Engine):
 
     @property
     def in_flight(self) -> int:
-        # Enough queued that a slot that finishes takes the next request at once. (With batch_size 1,
+        # Enough queued that a slot that finishes takes the next request at once. (With parallel 1,
         # one at a time: bookkeeping done on the side while llama.cpp computes slows it more than it
         # saves, measured 20% on 2 cores.)
-        return 2 * self.spec.batch_size if self.spec.batch_size > 1 else 1
+        return 2 * self.spec.parallel if self.spec.parallel > 1 else 1
 
     @property
     def model_id(self) -> str:
@@ -145,7 +145,7 @@ class LlamaCppEngine(Engine):
         """
         params = {**self.default_params(), **request.params}
         chat = request.messages is not None and self.spec.mode == "chat"
-        return (self.spec.batch_size > 1 and not chat and params.get("json_schema") is None
+        return (self.spec.parallel > 1 and not chat and params.get("json_schema") is None
                 and float(params["temperature"]) == 0.0)
 
     async def complete(self, request: Request) -> Completion:
@@ -195,10 +195,10 @@ class LlamaCppEngine(Engine):
 
     def batch_stats(self) -> dict[str, int]:
         """Return the batched context's counters: decode steps, tokens decoded, most sequences in one step."""
-        key = (*_model_key(self.spec), self.spec.batch_size)
+        key = (*_model_key(self.spec), self.spec.parallel)
         batcher = _BATCHERS.get(key)
         if batcher is None:
-            return {"size": self.spec.batch_size, "steps": 0, "evaluated": 0, "peak": 0}
+            return {"size": self.spec.parallel, "steps": 0, "evaluated": 0, "peak": 0}
         return {"size": batcher.size, "steps": batcher.steps, "evaluated": batcher.evaluated, "peak": batcher.peak}
 
     def _strips(self, request: Request) -> bool:

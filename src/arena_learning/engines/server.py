@@ -26,6 +26,7 @@ import json
 import random
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,8 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from .base import CallFailed, Completion, Engine, Request, RequestTooLarge
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "seed", "stop")
 
@@ -136,16 +139,16 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
     expected = f"Bearer {api_key}".encode() if api_key else None
 
     @web.middleware
-    async def guard(req: web.Request, handler: Any) -> web.StreamResponse:
-        if expected is not None and req.path.startswith("/v1/"):
-            got = req.headers.get("Authorization", "").encode()
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if expected is not None and request.path.startswith("/v1/"):
+            got = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(got, expected):
                 return _error(401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error")
-        if faults is None or req.method != "POST" or not req.path.startswith("/v1/"):
-            return await handler(req)
+        if faults is None or request.method != "POST" or not request.path.startswith("/v1/"):
+            return await handler(request)
         kind = faults.draw(rng)
         if kind is None:
-            return await handler(req)
+            return await handler(request)
         stats["faults"][kind] = stats["faults"].get(kind, 0) + 1
         if kind == "429":
             return web.json_response({"error": {"message": "rate limited (injected)", "code": 429}}, status=429,
@@ -153,17 +156,20 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
         if kind in ("500", "502", "503"):
             return _error(int(kind), f"injected {kind}", "server_error")
         if kind == "reset":
-            if req.transport is not None:
-                req.transport.abort()
+            if request.transport is not None:
+                request.transport.abort()
             return web.Response(status=500)  # never reaches the client: its connection is gone
         if kind in ("timeout", "slow"):
             await asyncio.sleep(faults.timeout_s if kind == "timeout" else faults.slow_s)
-            return await handler(req)
-        resp = await handler(req)
+            return await handler(request)
+        resp = await handler(request)
         if not isinstance(resp, web.Response) or resp.status != 200 or resp.body is None:
             return resp
         stats["ok"] -= 1  # what the handler counted as served whole is mangled below
-        body = resp.body if isinstance(resp.body, bytes) else bytes(resp.body)
+        # web.json_response's body is bytes; any other kind of body (a Payload) is passed on unmangled
+        if not isinstance(resp.body, (bytes, bytearray)):
+            return resp
+        body = bytes(resp.body)
         if kind == "truncated":
             return web.Response(body=body[: len(body) // 2], content_type="application/json")
         if kind == "invalid_json":

@@ -32,10 +32,17 @@ from typing import Any
 
 from ..config import ModelSpec
 from ..errors import EngineError
-from .base import (BatchedEngine, CallFailed, Completion, Request, RequestTooLarge, completion_stops,
-                   render_completion_prompt)
-from .control_tokens import neutralise_messages
+from .base import (
+    BatchedEngine,
+    CallFailed,
+    Completion,
+    Request,
+    RequestTooLarge,
+    completion_stops,
+    render_completion_prompt,
+)
 from .bundled import BUNDLED_NAME, bundled_model_path, cache_dir
+from .control_tokens import neutralise_messages
 from .identity import content_identity
 
 BUNDLED_HF_NAME = "gemma3-270m-hf"
@@ -95,14 +102,18 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> Path:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as err:  # pragma: no cover - dependencies
-            raise EngineError("engine 'transformers' needs transformers, torch and gguf: pip install transformers gguf") from err
+            raise EngineError(
+                "engine 'transformers' needs transformers, torch and gguf: pip install transformers gguf"
+            ) from err
         tmp = out.parent / f".{out.name}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         except ImportError as err:
-            raise EngineError(f"loading a GGUF into transformers needs the 'gguf' package: pip install gguf ({err})") from err
+            raise EngineError(
+                f"loading a GGUF into transformers needs the 'gguf' package: pip install gguf ({err})"
+            ) from err
         except (OSError, ValueError, RuntimeError) as err:
             raise EngineError(f"transformers could not load the GGUF {gguf}: {err}") from err
         clear_quantization(model)
@@ -184,7 +195,7 @@ def load_model(folder: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
             import torch
 
             if torch.cuda.is_available():  # a GPU machine (a flywheel at scale) generates there
-                model.to("cuda")
+                model.to("cuda")  # type: ignore[arg-type]  # transformers' stubs type .to() as PreTrainedModel's
             if tok.pad_token_id is None:
                 tok.pad_token = tok.eos_token
             _MODELS[key] = (model, tok)
@@ -313,7 +324,8 @@ class TransformersEngine(BatchedEngine):
             if not keep:
                 return out  # type: ignore[return-value]
             texts, stops, idx = [texts[j] for j in keep], [stops[j] for j in keep], [idx[j] for j in keep]
-            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=special, split_special_tokens=special)
+            enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=special,
+                      split_special_tokens=special)
             lengths = enc["attention_mask"].sum(dim=1).tolist()
         all_stops = sorted({s for ss in stops for s in ss})
         gen: dict[str, Any] = {
