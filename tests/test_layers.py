@@ -72,12 +72,6 @@ def test_domain_packages_respect_the_layers(package):
 
 # ---- import cycles ---------------------------------------------------------------------
 
-KNOWN_CYCLE_EDGES = {("arena_learning.cli.flywheel", "arena_learning.cli.main")}
-"""The one cycle left on this branch (cli.flywheel imports cli.main's ray_overrides, cli.main registers
-cli.flywheel's commands): issue 19 item 6, fixed on the fw branch. Remove this edge and the xfail
-below when that branch is merged."""
-
-
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -194,15 +188,6 @@ def test_the_import_graph_sees_function_level_imports():
     assert "arena_learning" not in graph["arena_learning.pipeline"]
 
 
-def test_no_import_cycle_besides_the_known_one():
-    graph = import_graph()
-    for a, b in KNOWN_CYCLE_EDGES:
-        graph[a].discard(b)
-    found = cycles(graph)
-    assert not found, _describe(graph, found)
-
-
-@pytest.mark.xfail(strict=True, reason="cli.flywheel <-> cli.main: fixed on the fw branch; remove this mark at merge")
 def test_no_import_cycle_anywhere_in_src():
     graph = import_graph()
     found = cycles(graph)
