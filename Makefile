@@ -22,7 +22,8 @@ demo: $(STAMP)
 	@echo "Next, the flywheel (the 0-shot model trained on its lost battles: an initial SFT round and two flywheel rounds, about 20 min on 2 cores):"
 	@echo "  $(VENV)/bin/arena flywheel examples/flywheel.yaml"
 
-test: $(STAMP)
+# the tests gate lint and types too (CI runs `make test`)
+test: lint
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)

@@ -192,10 +192,12 @@ class ModelSpec(Section):
     # llamacpp
     n_ctx: int = 2048
     n_threads: int | None = None
-    parallel: int = Field(1, ge=1, description="llamacpp: greedy completion-mode requests decoded together in one "
-                          "context (continuous batching, like llama.cpp server's --parallel); 1: one at a time. "
-                          "Batched rows go through other kernels, so near-tie greedy answers can differ from "
-                          "one-at-a-time ones (README: Batched decoding)")
+    # exclude=True: a speed setting, in no identity (ledger keys, flywheel fingerprints and model identities stay
+    # what they were before the field existed, so an old workspace resumes with nothing redone)
+    parallel: int = Field(1, ge=1, exclude=True, description="llamacpp: greedy completion-mode requests decoded "
+                          "together in one context (continuous batching, like llama.cpp server's --parallel); 1: one "
+                          "at a time. Batched rows go through other kernels, so near-tie greedy answers can differ "
+                          "from one-at-a-time ones (README: Batched decoding in llama.cpp)")
     # transformers
     batch_size: int = Field(16, ge=1, description="transformers: prompts generated together in one batch")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="transformers: weights' dtype")

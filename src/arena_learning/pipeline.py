@@ -238,7 +238,7 @@ def _adaptive(cfg: RunConfig, prompts: list[Prompt], answers: list,
                                   seed=cfg.battles.seed)
     judgments: list[Judgment] = []
 
-    def judge_batch(batch: list) -> list[Battle]:  # noqa: ANN001 - list of (prompt_id, model_a, model_b)
+    def judge_batch(batch: list) -> list[Battle]:
         tasks = [PairTask(by_id[pid], by_key[(pid, a)], by_key[(pid, b)]) for pid, a, b in batch]
         got = judge_tasks(tasks)
         judgments.extend(got)
@@ -373,7 +373,7 @@ def scoring_judge(cfg: RunConfig, name: str | None = None) -> JudgeConfig:
 
 
 def stage_scores(cfg: RunConfig | None, store: Store, judge: str | None = None, *, bootstrap: int = 1000,
-                 seed: int = 0):  # noqa: ANN201 - (str, list[rating.scores.ModelScores])
+                 seed: int = 0):
     """Return (judge name, rating.scores.ModelScores rows): MT-Bench-style absolute scores of the test set.
 
     ``cfg`` None: a workspace with no run of its own (judgments from `arena import-judgments`);

@@ -209,15 +209,15 @@ def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView,
     turn = 0
     while batch := [p for p in prompts if len(p.turns) > turn]:
         held = [p for p in batch if replies[p.id] is not None] if engine is not None else []
-        requests = [Request(messages=conversation(p, replies[p.id], turn)) for p in held]  # type: ignore[arg-type]
-        cached, sent, comps = ledger.count(engine, requests) if held else (0, 0, [])  # type: ignore[arg-type]
+        requests = [Request(messages=conversation(p, replies[p.id], turn)) for p in held]  # type: ignore[arg-type]  # held: replies not None
+        cached, sent, comps = ledger.count(engine, requests) if held else (0, 0, [])  # type: ignore[arg-type]  # held: engine
         line.calls += cached + sent + len(batch) - len(held)
         line.cached = (line.cached or 0) + cached
         got = dict(zip((p.id for p in held), comps))
         for p in batch:
             comp = got.get(p.id)
             if comp is not None:
-                replies[p.id].append(comp.text)  # type: ignore[union-attr]
+                replies[p.id].append(comp.text)  # type: ignore[union-attr]  # comp: held
                 continue
             line.tokens_in += estimate_tokens(_chars(spec, conversation(p, replies[p.id] or [filler] * turn, turn)))
             replies[p.id] = None
@@ -227,7 +227,7 @@ def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView,
     line.note = why
     for p in prompts:
         if replies[p.id] is not None:
-            known.turns[(p.id, spec.name)] = replies[p.id]  # type: ignore[assignment]
+            known.turns[(p.id, spec.name)] = replies[p.id]  # type: ignore[assignment]  # not None: answered
     return line
 
 
@@ -290,7 +290,7 @@ def _judge_lines(jcfg: JudgeConfig, prompts: Sequence[Prompt], pairs: Sequence[t
                 line.calls += 1
                 line.cached = (line.cached or 0) + 1
     if requests:
-        cached, sent, comps = ledger.count(judge.engine, requests)  # type: ignore[union-attr]
+        cached, sent, comps = ledger.count(judge.engine, requests)  # type: ignore[union-attr]  # requests: judge known
         line.calls += cached + sent
         line.cached = (line.cached or 0) + cached
         line.tokens_in += sum(estimate_tokens(c) for c, comp in zip(chars_known, comps) if comp is None)

@@ -145,7 +145,7 @@ async def arun_requests(
     for key, req, params in zip(keys, requests, key_params):
         if key in results:
             stats.cached += 1
-            if is_truncated(results[key]):  # type: ignore[arg-type]
+            if is_truncated(results[key]):  # type: ignore[arg-type]  # a key in results was answered: not None
                 stats.truncated += 1
             continue
         if key in todo:

@@ -308,7 +308,7 @@ class TransformersEngine(BatchedEngine):
             stops.append(stop)
             idx.append(i)
         if not texts:
-            return out  # type: ignore[return-value]
+            return out  # type: ignore[return-value]  # every slot is filled by now (a completion or an error)
         start = time.perf_counter()
         tok.padding_side = "left"
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=special, split_special_tokens=special)
@@ -322,7 +322,7 @@ class TransformersEngine(BatchedEngine):
         if too_long:
             keep = [j for j in range(len(texts)) if j not in set(too_long)]
             if not keep:
-                return out  # type: ignore[return-value]
+                return out  # type: ignore[return-value]  # every slot is filled by now (a completion or an error)
             texts, stops, idx = [texts[j] for j in keep], [stops[j] for j in keep], [idx[j] for j in keep]
             enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=special,
                       split_special_tokens=special)
@@ -370,7 +370,7 @@ class TransformersEngine(BatchedEngine):
                 latency_s=elapsed / len(texts),
                 finish_reason="stop" if ended or n_tokens < params["max_tokens"] else "length",
             )
-        return out  # type: ignore[return-value]
+        return out  # type: ignore[return-value]  # every slot is filled by now (a completion or an error)
 
 
 def request_strips(spec: ModelSpec, request: Request) -> bool:

@@ -91,7 +91,7 @@ def write_rows(rows: list[dict[str, Any]], path: str | Path, fmt: str | None = N
     return path
 
 
-def to_dataset(rows: list[dict[str, Any]]):  # noqa: ANN201 - datasets.Dataset
+def to_dataset(rows: list[dict[str, Any]]):
     """Return ``rows`` as a ``datasets.Dataset`` (an empty one keeps no columns)."""
     from datasets import Dataset
 
@@ -104,10 +104,10 @@ def export_items(items: Sequence[SFTItem] | Sequence[PreferenceItem], path: str 
 
     ``kind`` ('sft' or 'pairs') gives an empty export its columns; by default it is the items' kind.
     """
-    items = list(items)
+    items = list(items)  # type: ignore[assignment]  # a list of the same items (a generator is read once)
     if kind is None:
         kind = "pairs" if items and isinstance(items[0], PreferenceItem) else "sft"
-    rows = pair_rows(items) if kind == "pairs" else sft_rows(items)  # type: ignore[arg-type]
+    rows = pair_rows(items) if kind == "pairs" else sft_rows(items)  # type: ignore[arg-type]  # kind says which items these are
     return write_rows(rows, path, fmt, kind)
 
 

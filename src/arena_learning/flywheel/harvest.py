@@ -173,7 +173,8 @@ def harvest_sft(
             if ref_score is not None and tgt_score is not None:
                 gap = ref_score - tgt_score
             else:  # a judge that gives verdicts only: the battles' own gaps
-                gap = _mean([b.score_gap * (1 if r > 0 else -1 if r < 0 else 0) for b, (_, _, r) in zip(bs, sides)]) or 0.0
+                signed = [b.score_gap * (1 if r > 0 else -1 if r < 0 else 0) for b, (_, _, r) in zip(bs, sides)]
+                gap = _mean(signed) or 0.0
             if wins <= 0 or gap <= threshold:
                 continue
             rank = (ref_score if ref_score is not None else gap, -order)
@@ -303,7 +304,7 @@ def harvest_pairs(
         rejected = min(st, key=lambda s: (s.wins, s.score, -s.order))
         if chosen.model == rejected.model:
             continue
-        gap = chosen.score - rejected.score  # type: ignore[operator]
+        gap = chosen.score - rejected.score  # type: ignore[operator]  # st keeps scored standings only
         if gap <= k:
             continue
         head, ch, rj = split_pair(p, by_key[(p.id, chosen.model)].turns, by_key[(p.id, rejected.model)].turns)
@@ -334,18 +335,19 @@ def select_pairs(
     """Return the preference pairs of ``selection``: pair_judge, or a baseline (all, random, longest)."""
     if selection not in PAIR_SELECTIONS:
         raise ValueError(f"unknown pair selection {selection!r}; use one of {', '.join(PAIR_SELECTIONS)}")
-    kw = {"slice_name": slice_name, "round_index": round_index}
-    judged = harvest_pairs(prompts, answers, battles, models=models, k=k, rip=rip, **kw)
+    judged = harvest_pairs(prompts, answers, battles, models=models, k=k, rip=rip, slice_name=slice_name,
+                           round_index=round_index)
     if selection == "pair_judge":
         return judged
     n = len(judged) if size is None else size
     if selection in ("all", "random"):
-        pool = harvest_pairs(prompts, answers, battles, models=models, k=float("-inf"), selection="all", **kw)
+        pool = harvest_pairs(prompts, answers, battles, models=models, k=float("-inf"), selection="all",
+                             slice_name=slice_name, round_index=round_index)
         if selection == "all":
             return pool
         picked = random.Random(seed).sample(pool, min(n, len(pool)))
         return [it.model_copy(update={"selection": "random"}) for it in picked]
-    return _longest_pairs(prompts, answers, models, n, **kw)
+    return _longest_pairs(prompts, answers, models, n, slice_name=slice_name, round_index=round_index)
 
 
 def _longest_pairs(prompts: Sequence[Prompt], answers: Sequence[Answer], models: Sequence[str], n: int,

@@ -40,7 +40,6 @@ from typing import Any, Literal
 
 from .. import pipeline
 from ..config import ModelSpec
-from ..engines.bundled import resolve_model_path
 from ..engines.identity import content_identity
 from ..engines.transformers_engine import release_models, resolve_hf_folder
 from ..errors import ArenaError
@@ -144,11 +143,8 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt],
 
 def model_identity(spec: ModelSpec) -> str:
     """Return what makes ``spec``'s answers: its settings and, for a local model, its weights' content."""
-    ident = ""
-    if spec.engine == "transformers":
-        ident = content_identity(resolve_hf_folder(spec.model))
-    elif spec.engine == "llamacpp":
-        ident = content_identity(resolve_model_path(spec.model))
+    weights = spec.engine_kind.weights_path(spec.model)
+    ident = content_identity(weights) if weights is not None else ""
     blob = spec.model_dump_json(exclude={"name"}) + ident
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

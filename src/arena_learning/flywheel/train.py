@@ -147,8 +147,8 @@ def pair_training_rows(items: Sequence[PreferenceItem], spec: ModelSpec | None =
     for it in items:
         if fmt is not None:
             row: dict[str, Any] = {"prompt": render_completion_prompt(fmt, it.prompt),
-                                   "chosen": continuation_text(spec, it.chosen),  # type: ignore[arg-type]
-                                   "rejected": continuation_text(spec, it.rejected)}  # type: ignore[arg-type]
+                                   "chosen": continuation_text(spec, it.chosen),  # type: ignore[arg-type]  # fmt set: spec too
+                                   "rejected": continuation_text(spec, it.rejected)}  # type: ignore[arg-type]  # as above
         else:
             row = {"prompt": list(it.prompt), "chosen": list(it.chosen), "rejected": list(it.rejected)}
         if with_margin:

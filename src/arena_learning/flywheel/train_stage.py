@@ -22,10 +22,10 @@ from ..errors import ArenaError
 from ..records import Prompt
 from . import train as training
 from .export import read_items
-from .settings import DPOSettings, RLSettings, RMSettings, SFTSettings
+from .settings import DPOSettings, RLSettings, RMSettings, SFTSettings, TrainSettings
 
 JOB_FILE = "job.json"
-SETTINGS = {"sft": SFTSettings, "dpo": DPOSettings, "rm": RMSettings, "rl": RLSettings}
+SETTINGS: dict[str, type[TrainSettings]] = {"sft": SFTSettings, "dpo": DPOSettings, "rm": RMSettings, "rl": RLSettings}
 
 
 class StageJob(Section):
@@ -80,13 +80,13 @@ def run_job(job: StageJob) -> training.TrainResult:
             raise ArenaError(f"stage job for {job.stage}: an rl stage needs prompts")
         lines = Path(job.prompts).read_text(encoding="utf-8").splitlines()
         prompts = [Prompt.model_validate_json(line) for line in lines if line.strip()]
-        return training.train_rl(job.base, prompts, job.stage, settings, reward_model=job.reward_model,
-                                 **kw)  # type: ignore[arg-type]
+        assert isinstance(settings, RLSettings)  # SETTINGS["rl"]
+        return training.train_rl(job.base, prompts, job.stage, settings, reward_model=job.reward_model, **kw)
     if job.data is None:
         raise ArenaError(f"stage job for {job.stage}: a {job.kind} stage needs its data file")
     items = read_items(job.data)
     fn = {"sft": training.train_sft, "dpo": training.train_dpo, "rm": training.train_reward}[job.kind]
-    return fn(job.base, items, job.stage, settings, **kw)  # type: ignore[operator]
+    return fn(job.base, items, job.stage, settings, **kw)  # type: ignore[operator]  # fn's settings type follows kind
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -267,7 +267,10 @@ def _baseline_html(battles: list[Battle], baseline: str, bootstrap: int, seed: i
     from ..rating.baseline import baseline_win_rates
 
     rows = baseline_win_rates(battles, baseline, bootstrap=bootstrap, seed=seed)
-    pct = lambda x: _num(None if x is None else 100 * x)  # noqa: E731
+
+    def pct(x: float | None) -> str:
+        return _num(None if x is None else 100 * x)
+
     return (f'<p class="note">Win rate against <b>{_e(baseline)}</b> (arena-hard\'s headline; ties as half, '
             f"weighted battles counted by weight; 95% CI from {bootstrap} bootstrap rounds over prompts; "
             f"<code>arena leaderboard WS --baseline {_e(baseline)}</code>).</p>"
