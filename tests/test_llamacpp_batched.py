@@ -133,7 +133,8 @@ def test_a_seeded_sample_repeats_whatever_is_decoded_beside_it():
 
 
 def test_a_prompt_longer_than_the_context_fails_without_retry_when_batched():
-    engine = build_engine(ModelSpec(name="t", engine="llamacpp", mode="completion", n_ctx=64, n_threads=1))
+    engine = build_engine(ModelSpec(name="t", engine="llamacpp", mode="completion", n_ctx=64, n_threads=1,
+                                  parallel=4))
     assert engine.batched(ask("hi"))
     with pytest.raises(RequestTooLarge, match="n_ctx"):
         asyncio.run(engine.complete(ask("word " * 200)))

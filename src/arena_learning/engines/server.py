@@ -232,6 +232,24 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
             stats["errors"] += 1
             return _error(500, str(err), "server_error")
 
+    async def answer(request: Request, *, chat: bool) -> web.Response:
+        """Answer ``request`` whole: a chat.completion or a text_completion in OpenAI's shape."""
+        out = await run(request)
+        if isinstance(out, web.Response):
+            return out
+        stats["ok"] += 1
+        finish = out.finish_reason or "stop"
+        choice = ({"index": 0, "message": {"role": "assistant", "content": out.text}, "finish_reason": finish}
+                  if chat else {"index": 0, "text": out.text, "finish_reason": finish})
+        return web.json_response({
+            "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16],
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": name,
+            "choices": [choice],
+            "usage": _usage(out),
+        })
+
     async def chat(req: web.Request) -> web.StreamResponse:
         body, err = await parse(req, "messages")
         if err is not None or body is None:
@@ -242,26 +260,7 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
             return _error(400, f"bad messages: {exc.errors()[0]['msg']}")
         if body.get("stream"):
             return await stream(req, body, request, chat=True)
-        out = await run(request)
-        if isinstance(out, web.Response):
-            return out
-        stats["ok"] += 1
-        return web.json_response(
-            {
-                "id": "chatcmpl-" + uuid.uuid4().hex[:16],
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": name,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": out.text},
-                        "finish_reason": out.finish_reason or "stop",
-                    }
-                ],
-                "usage": _usage(out),
-            }
-        )
+        return await answer(request, chat=True)
 
     async def completions(req: web.Request) -> web.StreamResponse:
         body, err = await parse(req, "prompt")
@@ -275,20 +274,7 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
         request = Request(prompt=prompt, params=params_of(body))
         if body.get("stream"):
             return await stream(req, body, request, chat=False)
-        out = await run(request)
-        if isinstance(out, web.Response):
-            return out
-        stats["ok"] += 1
-        return web.json_response(
-            {
-                "id": "cmpl-" + uuid.uuid4().hex[:16],
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": name,
-                "choices": [{"index": 0, "text": out.text, "finish_reason": out.finish_reason or "stop"}],
-                "usage": _usage(out),
-            }
-        )
+        return await answer(request, chat=False)
 
     async def stream(req: web.Request, body: dict[str, Any], request: Request, *, chat: bool) -> web.StreamResponse:
         """Answer ``request`` as server-sent events: OpenAI's chunks, the usage chunk if asked, ``[DONE]``."""
