@@ -221,16 +221,17 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
                 params["json_schema"] = schema
         return params
 
+    def failure(err: CallFailed) -> web.Response:
+        """The error reply of a call that failed: 400 for a request too large, else 500."""
+        stats["errors"] += 1
+        return _error(400, str(err)) if isinstance(err, RequestTooLarge) else _error(500, str(err), "server_error")
+
     async def run(request: Request) -> Any:
         stats["requests"] += 1
         try:
             return await engine.complete(request)
-        except RequestTooLarge as err:
-            stats["errors"] += 1
-            return _error(400, str(err))
         except CallFailed as err:
-            stats["errors"] += 1
-            return _error(500, str(err), "server_error")
+            return failure(err)
 
     async def answer(request: Request, *, chat: bool) -> web.Response:
         """Answer ``request`` whole: a chat.completion or a text_completion in OpenAI's shape."""
@@ -298,12 +299,8 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
         # The first piece decides between an error reply (nothing sent yet) and a stream.
         try:
             first = await parts.__anext__()
-        except RequestTooLarge as err:
-            stats["errors"] += 1
-            return _error(400, str(err))
         except CallFailed as err:
-            stats["errors"] += 1
-            return _error(500, str(err), "server_error")
+            return failure(err)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(req)
         if chat:
