@@ -53,7 +53,6 @@ from ..flywheel_state import (
     RunRecord,
     SliceRecord,
     StageRecord,
-    TrainSummary,
     load_state,
     save_state,
 )
@@ -368,7 +367,7 @@ class Flywheel:
                 reward_model = None
                 if s.rl.reward == "model":
                     rm = self.train_one("rm", current.model, folder / "rm", items=items)
-                    rec.rm = TrainSummary(**rm.summary())
+                    rec.rm = rm.summary()
                     reward_model = rm.model_dir
                 res = self.train_one("rl", current.model, folder, prompts=self._slices[stage.slice],
                                      reward_model=reward_model)
@@ -378,7 +377,7 @@ class Flywheel:
             self._save_state()
             return current, rec
         rec.seconds.train = round(time.perf_counter() - t2, 1)
-        rec.train = TrainSummary(**res.summary())
+        rec.train = res.summary()
         rec.train_loss = res.train_loss
         rec.status = "done"
         self._save_state()

@@ -42,6 +42,7 @@ from ..config import ModelSpec
 from ..engines.base import completion_stops, render_completion_prompt
 from ..engines.transformers_engine import clear_quantization, resolve_hf_folder
 from ..files import write_json
+from ..flywheel_state import TrainSummary
 from ..records import Prompt
 from .harvest import PreferenceItem, SFTItem
 from .settings import DPOSettings, RLSettings, RMSettings, SFTSettings, TrainSettings
@@ -74,10 +75,11 @@ class TrainResult:
     reused: bool = False
     log: list[dict[str, Any]] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
-        return {"kind": self.kind, "model_dir": str(self.model_dir), "examples": self.examples, "steps": self.steps,
-                "seconds": round(self.seconds, 2), "train_loss": self.train_loss, "s_per_step": self.s_per_step,
-                "peak_rss_mb": round(self.peak_rss_mb, 1), "resumed_from": self.resumed_from}
+    def summary(self) -> TrainSummary:
+        """Return the record the flywheel state and the stage's done files keep of this run."""
+        return TrainSummary(kind=self.kind, model_dir=str(self.model_dir), examples=self.examples, steps=self.steps,
+                            seconds=round(self.seconds, 2), train_loss=self.train_loss, s_per_step=self.s_per_step,
+                            peak_rss_mb=round(self.peak_rss_mb, 1), resumed_from=self.resumed_from)
 
 
 class NoTrainingData(ValueError):
@@ -348,11 +350,11 @@ def _finish(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started
                          train_loss=float(loss) if loss is not None else None,
                          s_per_step=(runtime / ran) if runtime and ran > 0 else None, peak_rss_mb=_peak_rss_mb(),
                          resumed_from=str(resumed) if resumed else None, log=list(trainer.state.log_history))
-    (tmp / DONE_MARK).write_text(json.dumps(result.summary()))
+    (tmp / DONE_MARK).write_text(json.dumps(result.summary().model_dump()))
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    write_json(stage / LOSSES, {**result.summary(), "done": True, "log": result.log})
+    write_json(stage / LOSSES, {**result.summary().model_dump(), "done": True, "log": result.log})
     return result
 
 
@@ -361,14 +363,13 @@ def done_result(stage: str | Path, kind: str) -> TrainResult | None:
     stage = Path(stage)
     if not stage_done(stage):
         return None
-    summary = json.loads((stage / MODEL_DIR / DONE_MARK).read_text())
+    summary = TrainSummary.model_validate_json((stage / MODEL_DIR / DONE_MARK).read_text())
     log = []
     with contextlib.suppress(OSError, ValueError):
         log = json.loads((stage / LOSSES).read_text()).get("log", [])
-    return TrainResult(kind=kind, model_dir=stage / MODEL_DIR, examples=summary.get("examples", 0),
-                       steps=summary.get("steps", 0), seconds=summary.get("seconds", 0.0),
-                       train_loss=summary.get("train_loss"), s_per_step=summary.get("s_per_step"),
-                       peak_rss_mb=summary.get("peak_rss_mb", 0.0), reused=True, log=log)
+    return TrainResult(kind=kind, model_dir=stage / MODEL_DIR, examples=summary.examples, steps=summary.steps,
+                       seconds=summary.seconds, train_loss=summary.train_loss, s_per_step=summary.s_per_step,
+                       peak_rss_mb=summary.peak_rss_mb, reused=True, log=log)
 
 
 def _run(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float, retrain: bool,

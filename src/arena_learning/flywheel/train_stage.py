@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ArenaError, training.NoTrainingData) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(res.summary()), file=sys.stderr)
+    print(json.dumps(res.summary().model_dump()), file=sys.stderr)
     return 0
 
 
