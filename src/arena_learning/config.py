@@ -287,6 +287,10 @@ class TasksConfig(Section):
     n: int = Field(270, ge=1, description="number of prompts, spread evenly over the categories")
     seed: int = 0
     categories: list[str] | None = Field(None, description="subset of the suite's categories (default: all)")
+    suite: Literal[1, 2] = Field(
+        1, description="the suite's version: 1, the original nine categories (the default, so a workspace made "
+        "before keeps its prompts), or 2, the balanced world of twelve categories with difficulty tiers and no "
+        "shortcuts (the quickstarts use it)")
 
 
 class PromptsConfig(Section):

@@ -89,7 +89,7 @@ def make_test_set(cfg: RunConfig, store: Store | None) -> list[Prompt]:
     src = cfg.prompts
     if src is None:
         prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, categories=cfg.tasks.categories,
-                                 exclude=few_shot_questions(run_models(cfg)))
+                                 exclude=few_shot_questions(run_models(cfg)), suite=cfg.tasks.suite)
     elif src.set is not None:
         if store is None:
             raise ArenaError(f"prompts.set {src.set!r} is read from the workspace, and there is none yet: fill it "

@@ -59,7 +59,7 @@ from ..flywheel_state import (
 from ..records import Prompt, Rating
 from ..scale.launch import LaunchError, check_launchable, launch_command, run_launch
 from ..store import Store
-from ..tasks import CATEGORIES, generate_tasks
+from ..tasks import generate_tasks, suite_categories
 from . import train as training
 from .export import export_items, read_items
 from .harvest import RipFilter, per_model_counts, select_pairs, select_sft
@@ -84,12 +84,12 @@ def _norm(q: str) -> str:
     return " ".join(q.lower().split())
 
 
-def task_slice(spec: SliceSpec, seed: int, exclude: set[str]) -> list[Prompt]:
-    """Return up to ``spec.n`` task prompts spread over the categories, none of them in ``exclude``.
+def task_slice(spec: SliceSpec, seed: int, exclude: set[str], suite: int = 1) -> list[Prompt]:
+    """Return up to ``spec.n`` task prompts of suite version ``suite`` spread over the categories, none in ``exclude``.
 
     A category with too few distinct questions left (capitals, say) gives what it has.
     """
-    cats = list(spec.categories or CATEGORIES)
+    cats = list(spec.categories or suite_categories(suite))
     quotas = {c: spec.n // len(cats) + (1 if i < spec.n % len(cats) else 0) for i, c in enumerate(cats)}
     per_cat: dict[str, list[Prompt]] = {}
     for i, cat in enumerate(cats):
@@ -97,7 +97,7 @@ def task_slice(spec: SliceSpec, seed: int, exclude: set[str]) -> list[Prompt]:
         got: list[Prompt] = []
         while want > 0:
             try:
-                got = generate_tasks(want, seed=seed * 1000 + i, categories=[cat], exclude=exclude)
+                got = generate_tasks(want, seed=seed * 1000 + i, categories=[cat], exclude=exclude, suite=suite)
                 break
             except ValueError:
                 want = want * 3 // 4 if want > 4 else want - 1
@@ -132,7 +132,7 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt],
             dropped = len(got) - len(prompts)
         else:
             # FlywheelConfig refuses a slice seed equal to tasks.seed
-            prompts, dropped = task_slice(spec, cfg.slice_seed(pos, spec), banned), 0
+            prompts, dropped = task_slice(spec, cfg.slice_seed(pos, spec), banned, cfg.tasks.suite), 0
         overlap = [p.id for p in prompts if any(_norm(t) in banned for t in p.turns)]
         assert not overlap, f"slice {name} overlaps the test set or few-shot examples: {overlap[:3]}"
         banned |= {_norm(t) for p in prompts for t in p.turns}

@@ -26,7 +26,7 @@ from ..config import (
     TasksConfig,
 )
 from ..scale.launch import LaunchSettings
-from ..tasks import CATEGORIES
+from ..tasks import SUITES, suite_categories
 
 PAPER = {
     "sft": {"learning_rate": 5e-6, "epochs": 3, "batch_size": 128},
@@ -174,9 +174,10 @@ class SliceSpec(Section):
     @classmethod
     def _known(cls, v: list[str] | None) -> list[str] | None:
         # an unknown category would make an empty slice, and the slice's stages would train on nothing
-        bad = [c for c in v or [] if c not in CATEGORIES]
+        known = {c for cats in SUITES.values() for c in cats}   # the suite's own is checked with tasks.suite
+        bad = [c for c in v or [] if c not in known]
         if bad:
-            raise ValueError(f"unknown task categories {bad}; the suite has {', '.join(CATEGORIES)}")
+            raise ValueError(f"unknown task categories {bad}; the suites have {', '.join(sorted(known))}")
         return v
 
 
@@ -274,6 +275,11 @@ class FlywheelConfig(Section):
                              f"{', '.join(sorted(known))} (a trained model's actors take scale.defaults)")
         if self.judge.kind == "verifier" and self.prompts is not None:
             raise ValueError("judge 'verifier' scores task-suite prompts only; open prompts need an LLM judge")
+        for name, sl in self.pool.items():
+            bad = [c for c in sl.categories or [] if c not in suite_categories(self.tasks.suite)]
+            if bad:
+                raise ValueError(f"pool.{name}.categories: {bad} are not categories of suite {self.tasks.suite} "
+                                 f"(tasks.suite); it has {', '.join(suite_categories(self.tasks.suite))}")
         for pos, (name, sl) in enumerate(self.pool.items()):
             # the test set is made with tasks.seed: a slice of the same seed would train on test prompts' kin
             if sl.set is None and self.slice_seed(pos, sl) == self.tasks.seed:

@@ -11,11 +11,39 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 from collections.abc import Callable
 
 from ..errors import ConfigError
 from ..records import Prompt
+from . import world
+from .checks import (
+    CHECKERS,
+    check,
+    check_date,
+    check_exact,
+    check_list,
+    check_numeric,
+    check_text,
+    check_turns,
+    check_word,
+)
+
+__all__ = [
+    "CATEGORIES",
+    "CHECKERS",
+    "SUITES",
+    "SuiteTooSmall",
+    "check",
+    "check_date",
+    "check_exact",
+    "check_list",
+    "check_numeric",
+    "check_text",
+    "check_turns",
+    "check_word",
+    "generate_tasks",
+    "suite_categories",
+]
 
 CAPITALS = {
     "France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Japan": "Tokyo",
@@ -53,113 +81,6 @@ CATEGORIES = [
     "arithmetic", "capitals", "letter_case", "counting", "comparison",
     "unit_conversion", "sorting", "sequence", "reverse",
 ]
-
-_NUM = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
-
-
-def _numbers(text: str) -> list[float]:
-    return [float(m.replace(",", "")) for m in _NUM.findall(text)]
-
-
-def _first_line(text: str) -> str:
-    for line in text.strip().splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
-
-
-def _norm(text: str) -> str:
-    text = text.lower().strip()
-    text = re.sub(r"^(the answer is|answer:|it is|it's)\s*", "", text)
-    return re.sub(r"[^a-z0-9 ]+", "", text).strip()
-
-
-# ---- checkers: (answer, reference, prompt meta) -> score 0-10 --------------------
-
-
-def check_numeric(answer: str, reference: str, meta: dict) -> float:
-    """10 if the first number of the answer's first line equals the reference; partial credit if close or buried."""
-    target = float(reference)
-    first = _numbers(_first_line(answer))
-    if first:
-        got = first[0]
-        if abs(got - target) <= 1e-9 + 1e-6 * abs(target):
-            return 10.0
-        if meta.get("closeness") and target != 0:
-            rel = abs(got - target) / abs(target)
-            if rel <= 0.01:
-                return 7.0
-            if rel <= 0.1:
-                return 3.0
-    # Right number present but not the answer given first: a hedge, worth a little.
-    if any(abs(n - target) <= 1e-9 + 1e-6 * abs(target) for n in _numbers(answer)):
-        return 3.0
-    return 0.0
-
-
-def check_text(answer: str, reference: str, meta: dict) -> float:
-    """10 for the reference (normalised case and punctuation), 6 if it is a word of the first line."""
-    got = _norm(_first_line(answer))
-    ref = _norm(reference)
-    if got == ref:
-        return 10.0
-    if ref and re.search(rf"\b{re.escape(ref)}\b", got):
-        return 6.0
-    return 0.0
-
-
-def check_exact(answer: str, reference: str, meta: dict) -> float:
-    """10 for exactly the reference (quotes and final period ignored), 5 if right but for case."""
-    got = _first_line(answer).strip().strip("\"'`").rstrip(".").strip("\"'`")
-    if got == reference:
-        return 10.0
-    if got.lower() == reference.lower():
-        return 5.0
-    if reference in answer:
-        return 4.0
-    return 0.0
-
-
-def check_list(answer: str, reference: str, meta: dict) -> float:
-    """10 for the sorted list; otherwise credit for each position right, if the items are the same."""
-    want = [float(x) for x in reference.split(",")]
-    got = _numbers(_first_line(answer))[: len(want) + 2]
-    if got == want:
-        return 10.0
-    if sorted(got) != sorted(want):
-        return 0.0
-    right = sum(1 for a, b in zip(got, want) if a == b)
-    return round(8.0 * right / len(want), 2)
-
-
-CHECKERS: dict[str, Callable[[str, str, dict], float]] = {
-    "numeric": check_numeric,
-    "text": check_text,
-    "exact": check_exact,
-    "list": check_list,
-}
-
-
-class SuiteTooSmall(ConfigError, ValueError):
-    """More distinct prompts asked of the suite (or of some categories) than it can make."""
-
-
-def check_turns(prompt: Prompt, answers: list[str]) -> list[float]:
-    """Return the checker score 0-10 of each turn's answer (a missing answer scores 0)."""
-    if prompt.checker is None or not prompt.reference:
-        raise ValueError(
-            f"prompt {prompt.id} has no reference answer: the verifier judge scores only prompts "
-            f"with references (the built-in task suite); use an LLM judge for open prompts"
-        )
-    fn = CHECKERS[prompt.checker]
-    return [fn(answers[i] if i < len(answers) else "", ref, prompt.meta) for i, ref in enumerate(prompt.reference)]
-
-
-def check(prompt: Prompt, answers: list[str]) -> float:
-    """Return the mean checker score 0-10 over the prompt's turns."""
-    scores = check_turns(prompt, answers)
-    return sum(scores) / len(scores)
-
 
 # ---- generators: rng -> (question, reference, checker, meta) ---------------------
 
@@ -244,28 +165,55 @@ GENERATORS: dict[str, Callable[[random.Random], tuple[str, str, str, dict]]] = {
 }
 
 
-def generate_tasks(n: int, seed: int = 0, categories: list[str] | None = None,
-                   exclude: set[str] | frozenset[str] = frozenset()) -> list[Prompt]:
-    """Return ``n`` distinct task prompts spread evenly over ``categories`` (all by default).
+class SuiteTooSmall(ConfigError, ValueError):
+    """More distinct prompts asked of the suite (or of some categories) than it can make."""
 
-    The same (n, seed, categories, exclude) always gives the same prompts; ids are a
+
+SUITES: dict[int, list[str]] = {1: CATEGORIES, 2: world.CATEGORIES}
+"""Each version of the suite and its categories (version 1: this module; version 2: ``world.py``)."""
+
+
+def suite_categories(suite: int) -> list[str]:
+    """Return the categories of suite version ``suite``; an unknown version is a ConfigError."""
+    if suite not in SUITES:
+        raise ConfigError(f"tasks.suite {suite} is not a version of the built-in task suite: give one of "
+                          f"{', '.join(map(str, SUITES))}")
+    return SUITES[suite]
+
+
+def _make(suite: int, cat: str, rng: random.Random, slot: int) -> tuple[str, str, str, dict]:
+    if suite == 1:
+        return GENERATORS[cat](rng)
+    return world.GENERATORS[cat](rng, slot)
+
+
+def generate_tasks(n: int, seed: int = 0, categories: list[str] | None = None,
+                   exclude: set[str] | frozenset[str] = frozenset(), suite: int = 1) -> list[Prompt]:
+    """Return ``n`` distinct task prompts spread evenly over ``categories`` (all of the suite's by default).
+
+    The same (n, seed, categories, exclude, suite) always gives the same prompts; ids are a
     hash of the question, so a prompt keeps its id whatever else is generated.
     ``exclude``: questions never to generate (compared without case and surrounding space),
     e.g. the few-shot examples of the contestants' prompt formats: a model shown the answer
     in its prompt must not be tested on it.
+    ``suite``: 1, the original nine categories (the default, so that workspaces made with it
+    stay what they were), or 2, the balanced world of ``world.py``.
     """
-    cats = list(categories or CATEGORIES)
-    unknown = [c for c in cats if c not in GENERATORS]
+    known = suite_categories(suite)
+    cats = list(categories or known)
+    unknown = [c for c in cats if c not in known]
     if unknown:
-        raise ValueError(f"unknown task categories {unknown}; known: {', '.join(CATEGORIES)}")
+        raise ValueError(f"unknown task categories {unknown} in suite {suite}; known: {', '.join(known)}")
     rng = random.Random(seed)
     banned = {q.strip().lower() for q in exclude}
     seen: set[str] = set()
     out: list[Prompt] = []
+    made = dict.fromkeys(cats, 0)
     attempts = 0
+    source = "builtin-tasks" if suite == 1 else f"builtin-tasks-v{suite}"
     while len(out) < n:
         cat = cats[len(out) % len(cats)]
-        question, ref, checker, meta = GENERATORS[cat](rng)
+        question, ref, checker, meta = _make(suite, cat, rng, made[cat])
         attempts += 1
         if attempts > 50 * n + 1000:
             raise SuiteTooSmall(f"the built-in task suite cannot make {n} distinct prompts from categories "
@@ -274,9 +222,10 @@ def generate_tasks(n: int, seed: int = 0, categories: list[str] | None = None,
         if question in seen or question.strip().lower() in banned:
             continue
         seen.add(question)
+        made[cat] += 1
         pid = "task-" + hashlib.sha1(question.encode()).hexdigest()[:12]
         out.append(
-            Prompt(id=pid, turns=[question], source="builtin-tasks", category=cat,
+            Prompt(id=pid, turns=[question], source=source, category=cat,
                    reference=[ref], checker=checker, meta=meta)
         )
     return out

@@ -1,0 +1,150 @@
+"""The task suite's checkers: an answer, its reference and the prompt's meta -> a score 0-10.
+
+Shared by every suite version (``suite.py``: version 1, ``world.py``: version 2). Each checker reads
+the answer's first non-empty line: 10 for the reference, partial credit where an answer is close
+or right but buried in other text, 0 wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from ..records import Prompt
+
+_NUM = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(m.replace(",", "")) for m in _NUM.findall(text)]
+
+
+def _first_line(text: str) -> str:
+    for line in text.strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _norm(text: str) -> str:
+    text = text.lower().strip()
+    text = re.sub(r"^(the answer is|answer:|it is|it's)\s*", "", text)
+    return re.sub(r"[^a-z0-9 ]+", "", text).strip()
+
+
+# ---- checkers: (answer, reference, prompt meta) -> score 0-10 --------------------
+
+
+def check_numeric(answer: str, reference: str, meta: dict) -> float:
+    """10 if the first number of the answer's first line equals the reference; partial credit if close or buried."""
+    target = float(reference)
+    first = _numbers(_first_line(answer))
+    if first:
+        got = first[0]
+        if abs(got - target) <= 1e-9 + 1e-6 * abs(target):
+            return 10.0
+        if meta.get("closeness") and target != 0:
+            rel = abs(got - target) / abs(target)
+            if rel <= 0.01:
+                return 7.0
+            if rel <= 0.1:
+                return 3.0
+    # Right number present but not the answer given first: a hedge, worth a little.
+    if any(abs(n - target) <= 1e-9 + 1e-6 * abs(target) for n in _numbers(answer)):
+        return 3.0
+    return 0.0
+
+
+def check_text(answer: str, reference: str, meta: dict) -> float:
+    """10 for the reference (normalised case and punctuation), 6 if it is a word of the first line."""
+    got = _norm(_first_line(answer))
+    ref = _norm(reference)
+    if got == ref:
+        return 10.0
+    if ref and re.search(rf"\b{re.escape(ref)}\b", got):
+        return 6.0
+    return 0.0
+
+
+def check_exact(answer: str, reference: str, meta: dict) -> float:
+    """10 for exactly the reference (quotes and final period ignored), 5 if right but for case."""
+    got = _first_line(answer).strip().strip("\"'`").rstrip(".").strip("\"'`")
+    if got == reference:
+        return 10.0
+    if got.lower() == reference.lower():
+        return 5.0
+    if reference in answer:
+        return 4.0
+    return 0.0
+
+
+def check_list(answer: str, reference: str, meta: dict) -> float:
+    """10 for the sorted list; otherwise credit for each position right, if the items are the same."""
+    want = [float(x) for x in reference.split(",")]
+    got = _numbers(_first_line(answer))[: len(want) + 2]
+    if got == want:
+        return 10.0
+    if sorted(got) != sorted(want):
+        return 0.0
+    right = sum(1 for a, b in zip(got, want) if a == b)
+    return round(8.0 * right / len(want), 2)
+
+
+def check_word(answer: str, reference: str, meta: dict) -> float:
+    """As ``check_exact``, but the 4 for a buried answer needs it as a whole word (a letter in a word is no answer)."""
+    got = _first_line(answer).strip().strip("\"'`").rstrip(".").strip("\"'`")
+    if got == reference:
+        return 10.0
+    if got.lower() == reference.lower():
+        return 5.0
+    if re.search(rf"(?<![A-Za-z0-9]){re.escape(reference)}(?![A-Za-z0-9])", answer):
+        return 4.0
+    return 0.0
+
+
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December"]
+_DATE = re.compile(r"\b(" + "|".join(MONTHS) + r")\s+(\d{1,2})(?:st|nd|rd|th)?\b", re.IGNORECASE)
+
+
+def check_date(answer: str, reference: str, meta: dict) -> float:
+    """10 if the first line's first "Month day" is the reference's (a year after it is ignored), 3 if buried."""
+    want = _DATE.search(reference)
+    if want is None:
+        raise ValueError(f"date reference {reference!r} is not 'Month day'")
+    key = (want.group(1).lower(), int(want.group(2)))
+    first = _DATE.search(_first_line(answer))
+    if first is not None and (first.group(1).lower(), int(first.group(2))) == key:
+        return 10.0
+    if any((m.group(1).lower(), int(m.group(2))) == key for m in _DATE.finditer(answer)):
+        return 3.0
+    return 0.0
+
+
+CHECKERS: dict[str, Callable[[str, str, dict], float]] = {
+    "numeric": check_numeric,
+    "text": check_text,
+    "exact": check_exact,
+    "list": check_list,
+    "date": check_date,
+    "word": check_word,
+}
+
+
+def check_turns(prompt: Prompt, answers: list[str]) -> list[float]:
+    """Return the checker score 0-10 of each turn's answer (a missing answer scores 0)."""
+    if prompt.checker is None or not prompt.reference:
+        raise ValueError(
+            f"prompt {prompt.id} has no reference answer: the verifier judge scores only prompts "
+            f"with references (the built-in task suite); use an LLM judge for open prompts"
+        )
+    fn = CHECKERS[prompt.checker]
+    return [fn(answers[i] if i < len(answers) else "", ref, prompt.meta) for i, ref in enumerate(prompt.reference)]
+
+
+def check(prompt: Prompt, answers: list[str]) -> float:
+    """Return the mean checker score 0-10 over the prompt's turns."""
+    scores = check_turns(prompt, answers)
+    return sum(scores) / len(scores)
+
+

@@ -1,0 +1,124 @@
+"""Shortcut policies: answers that read the question's surface and never do the task.
+
+A category is balanced when each policy here is right (checker score 10) no more often than the
+category's chance level (``world.CATEGORY_INFO[cat].chance``). A model's gain in a category is a
+shortcut when its answers follow one policy (agree with it on most items) and its exact share is no
+better than that policy's: it moved from one surface rule to another (in suite 1 the flywheel's
+student went from "the first number" to "the second number" in comparison and gained 7 answers).
+
+Hand-written: these policies are the suite's own rules turned around; no library has them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..records import Prompt
+from .checks import check
+
+_NUMBER = re.compile(r"-?\d+")
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def _nums(q: str) -> list[int]:
+    return [int(x) for x in _NUMBER.findall(q)]
+
+
+def _pick(q: str, i: int) -> str:
+    nums = _nums(q)
+    return str(nums[i]) if -len(nums) <= i < len(nums) else ""
+
+
+def _listed(q: str, key: Callable[[list[int]], list[int]]) -> str:
+    nums = _nums(q)
+    return ", ".join(str(n) for n in key(nums)) if nums else ""
+
+
+def _quoted(q: str) -> str:
+    m = _QUOTED.search(q)
+    return m.group(1) if m else ""
+
+
+POLICIES: dict[str, Callable[[str], str]] = {
+    "yes": lambda q: "yes",
+    "no": lambda q: "no",
+    "first number": lambda q: _pick(q, 0),
+    "second number": lambda q: _pick(q, 1),
+    "last number": lambda q: _pick(q, -1),
+    "largest number": lambda q: str(max(_nums(q))) if _nums(q) else "",
+    "smallest number": lambda q: str(min(_nums(q))) if _nums(q) else "",
+    "numbers as shown": lambda q: _listed(q, list),
+    "numbers reversed": lambda q: _listed(q, lambda xs: xs[::-1]),
+    "ascending, whatever asked": lambda q: _listed(q, sorted),
+    "descending, whatever asked": lambda q: _listed(q, lambda xs: sorted(xs, reverse=True)),
+    "quoted text as shown": _quoted,
+    "longest quoted word": lambda q: max(_quoted(q).split() or [""], key=len),
+}
+"""Name -> the answer it gives to a question; every policy reads only the question's surface."""
+
+
+def _exact(prompt: Prompt, answer: str) -> bool:
+    return check(prompt, [answer]) == 10.0
+
+
+def policy_exact(prompts: Sequence[Prompt]) -> dict[str, dict[str, float]]:
+    """Return {category: {policy: exact share}} over ``prompts``, the best constant answer included.
+
+    The constant is the category's most common reference answer, the strongest answer that
+    ignores the question altogether (on a balanced category: its chance level).
+    """
+    by_cat: dict[str, list[Prompt]] = defaultdict(list)
+    for p in prompts:
+        by_cat[p.category or ""].append(p)
+    out: dict[str, dict[str, float]] = {}
+    for cat, items in sorted(by_cat.items()):
+        row = {name: sum(_exact(p, fn(p.turns[0])) for p in items) / len(items) for name, fn in POLICIES.items()}
+        common, count = Counter((p.reference or [''])[0] for p in items).most_common(1)[0]
+        row[f"constant {common!r}"] = count / len(items)
+        out[cat] = row
+    return out
+
+
+@dataclass(frozen=True)
+class Shortcut:
+    """A category where a model's answers follow a shortcut policy."""
+
+    category: str
+    policy: str
+    agreement: float
+    """Share of the model's answers in the category that equal the policy's answer."""
+    exact: float
+    """The model's exact share in the category."""
+    policy_exact: float
+    """The policy's own exact share there."""
+
+
+def _same(a: str, b: str) -> bool:
+    return " ".join(a.lower().split()).strip(" .'\"") == " ".join(b.lower().split()).strip(" .'\"")
+
+
+def follows_shortcut(prompts: Sequence[Prompt], answers: dict[str, str], *, agreement: float = 0.8,
+                     margin: float = 0.1) -> list[Shortcut]:
+    """Return the categories whose answers (prompt id -> first-turn answer) follow a shortcut policy.
+
+    A category is listed when one policy gives the model's answer (its first line) on at least
+    ``agreement`` of the category's answered items and the model's exact share there exceeds that
+    policy's own by less than ``margin``: what it gets right, the policy would get right too.
+    """
+    by_cat: dict[str, list[Prompt]] = defaultdict(list)
+    for p in prompts:
+        if p.id in answers:
+            by_cat[p.category or ""].append(p)
+    found: list[Shortcut] = []
+    for cat, items in sorted(by_cat.items()):
+        firsts = {p.id: next((ln for ln in answers[p.id].splitlines() if ln.strip()), "") for p in items}
+        exact = sum(_exact(p, answers[p.id]) for p in items) / len(items)
+        for name, fn in POLICIES.items():
+            agree = sum(_same(firsts[p.id], fn(p.turns[0])) for p in items) / len(items)
+            own = sum(_exact(p, fn(p.turns[0])) for p in items) / len(items)
+            if agree >= agreement and exact < own + margin:
+                found.append(Shortcut(cat, name, round(agree, 3), round(exact, 3), round(own, 3)))
+    return found
