@@ -32,10 +32,12 @@ import random
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import Field
 
 from ..records import Answer, Battle, PreferencePair, Prompt, SFTExample
+from ..tasks.shortcuts import POLICIES, same_answer
 
 SFT_SELECTIONS = ("pair_judge", "all", "random", "longest")
 PAIR_SELECTIONS = ("pair_judge", "all", "random", "longest")
@@ -377,3 +379,69 @@ def per_model_counts(items: Sequence[SFTItem | PreferenceItem]) -> dict[str, int
     for it in items:
         counts[it.source_model if isinstance(it, SFTItem) else it.chosen_model] += 1
     return dict(sorted(counts.items()))
+
+
+# ---- balance against shortcuts -------------------------------------------------------------
+
+BALANCED_POLICIES = ("first number", "second number", "yes", "no", "ascending, whatever asked",
+                     "descending, whatever asked")
+"""The surface rules a category's data is balanced over (``tasks.shortcuts.POLICIES``)."""
+
+
+def _taught(item: SFTItem | PreferenceItem) -> str:
+    """The answer an item teaches: the SFT example's first reply, or the pair's chosen one."""
+    messages = item.messages if isinstance(item, SFTItem) else item.chosen
+    replies = [m["content"] for m in messages if m.get("role") == "assistant"]
+    return replies[0] if replies else ""
+
+
+def shortcut_key(prompt: Prompt, answer: str) -> tuple[str, ...]:
+    """Return the balanced policies (``BALANCED_POLICIES``) whose answer to ``prompt`` is ``answer``'s first line."""
+    line = next((ln for ln in answer.splitlines() if ln.strip()), "")
+    question = prompt.turns[0] if prompt.turns else ""
+    return tuple(name for name in BALANCED_POLICIES if same_answer(line, POLICIES[name](question)))
+
+
+Item = TypeVar("Item", SFTItem, PreferenceItem)
+
+
+def balance_items(items: Sequence[Item], prompts: Sequence[Prompt], *, seed: int = 0) -> list[Item]:
+    """Return ``items`` balanced, per category, over the shortcut each taught answer would also fit.
+
+    Within a category, the items whose answer is what a surface rule says (the first number, the
+    second, yes, no, ascending, descending) are grouped by that rule, and every group is cut (a
+    seeded sample) to the smallest group's size: data where the answer is second on 19 of 30 items
+    teaches "say the second number", balanced data does not. A category whose answers fit only one
+    rule loses those items (balanced against a missing group is none). Items no rule fits are kept.
+    Order is kept.
+    """
+    by_id = {p.id: p for p in prompts}
+    groups: dict[str, dict[tuple[str, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
+    keep: set[int] = set()
+    for i, it in enumerate(items):
+        p = by_id.get(it.prompt_id)
+        key = shortcut_key(p, _taught(it)) if p is not None else ()
+        if not key:
+            keep.add(i)
+        else:
+            groups[p.category or "" if p is not None else ""][key].append(i)
+    rng = random.Random(seed)
+    for cat in sorted(groups):
+        rules = groups[cat]
+        # the rules a category offers come in pairs (first/second, yes/no, ascending/descending)
+        offered = {rule for key in rules for rule in key}
+        pairs = [("first number", "second number"), ("yes", "no"),
+                 ("ascending, whatever asked", "descending, whatever asked")]
+        need = [frozenset(p) for p in pairs if offered & set(p)]
+        sizes = [sum(len(ix) for key, ix in rules.items() if side in key) for pair in need for side in pair]
+        cap = min(sizes) if sizes else 0
+        taken: dict[str, int] = defaultdict(int)
+        for key in sorted(rules):
+            ix = list(rules[key])
+            rng.shuffle(ix)
+            for i in ix:
+                if all(taken[side] < cap for side in key):
+                    keep.add(i)
+                    for side in key:
+                        taken[side] += 1
+    return [it for i, it in enumerate(items) if i in keep]

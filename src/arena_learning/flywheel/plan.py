@@ -99,7 +99,11 @@ class _Walk:
                 need_pairs = st.kind != "rl" or cfg.training.rl.reward == "model"
                 if need_pairs:
                     schedule = ("target", current.name) if st.kind == "sft" else ("all", None)
-                    self.answer_and_battle([current, *refs], prompts, slice_set(st.slice), label, *schedule)
+                    samples = cfg.harvest.samples.variants(current) if cfg.harvest.samples is not None else []
+                    if current.name in self.trained:  # a fresh model's samples are fresh too
+                        self.trained |= {m.name for m in samples}
+                    self.answer_and_battle([current, *refs, *samples], prompts, slice_set(st.slice), label,
+                                           *schedule)
                 rows = len(prompts) + (harvested.get(data_kind, 0) if cfg.harvest.replay and need_pairs else 0)
                 same = [s for s in rnd.stages if s.kind == st.kind]
                 tag = f"r{r}-{st.kind}" if len(same) == 1 else f"r{r}.{i}-{st.kind}"
@@ -125,6 +129,11 @@ class _Walk:
         turns = sum(len(p.turns) for p in test)
         self.plan.notes.append(f"test set: {len(test)} prompts ({turns} user turns); slices: "
                                + ", ".join(f"{n} {len(p)}" for n, p in slices.items()))
+        if cfg.harvest.samples is not None:
+            s = cfg.harvest.samples
+            self.plan.notes.append(f"harvest.samples: the target answers each slice {s.k} more times (temperature "
+                                   f"{s.temperature}, seeds {s.seed}..{s.seed + s.k - 1}): {s.k} x its answering "
+                                   f"cost, and its samples battle like references")
         self.plan.notes.append("answers of models trained in the run are not known yet: the judge calls on them "
                                "are counted as new, and as cached when the same games are judged again")
         return self.plan

@@ -62,7 +62,7 @@ from ..store import Store
 from ..tasks import generate_tasks, suite_categories
 from . import train as training
 from .export import export_items, read_items
-from .harvest import RipFilter, per_model_counts, select_pairs, select_sft
+from .harvest import RipFilter, balance_items, per_model_counts, select_pairs, select_sft
 from .settings import FlywheelConfig, RoundSpec, SliceSpec, StageSpec
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
@@ -261,7 +261,9 @@ class Flywheel:
         extra = self.cfg.training.rm.model_dump(mode="json") if stage.kind == "rl" else None
         blob = json.dumps({"stage": stage.model_dump(mode="json"), "variant": variant,
                            "slice": self.cfg.pool[stage.slice].model_dump(mode="json"), "settings": kind_settings,
-                           "rm": extra, "harvest": self.cfg.harvest.model_dump(mode="json", exclude={"baselines"}),
+                           "rm": extra,
+                           "harvest": self.cfg.harvest.model_dump(mode="json",
+                                                                  exclude=self.cfg.harvest.fingerprint_exclude()),
                            "target": self.cfg.target.model_dump(mode="json"),
                            "references": [m.model_dump(mode="json") for m in self.refs],
                            "judge": self.cfg.judge.model_dump(mode="json"),
@@ -328,7 +330,9 @@ class Flywheel:
         rip = RipFilter(**h.rip.model_dump()) if h.rip is not None else None
         t0 = time.perf_counter()
         prompts = self._slices[stage.slice]
-        models = [current, *self.refs]
+        samples = h.samples.variants(current) if h.samples is not None else []
+        models = [current, *self.refs, *samples]
+        teachers = [m.name for m in [*self.refs, *samples]]
         names = {m.name for m in models}
         if stage.kind == "sft":
             result = self.arena(models, prompts, slice_set(stage.slice), "target", current.name)
@@ -340,13 +344,15 @@ class Flywheel:
         t1 = time.perf_counter()
         if stage.kind == "sft":
             items: list[Any] = select_sft(rec.selection, prompts, answers, battles, target=current.name,
-                                          references=[m.name for m in self.refs], threshold=h.sft_threshold,
+                                          references=teachers, threshold=h.sft_threshold,
                                           seed=h.seed, slice_name=stage.slice, round_index=rec.round, size=size)
         else:
             k = h.k if stage.kind == "dpo" else (h.rm_k if h.rm_k is not None else h.k)
             items = select_pairs(rec.selection if stage.kind == "dpo" else "pair_judge", prompts, answers, battles,
                                  models=[m.name for m in models], k=k, rip=rip, seed=h.seed, slice_name=stage.slice,
                                  round_index=rec.round, size=size)
+        if h.balance:
+            items = balance_items(items, prompts, seed=h.seed)
         release_models()
         export_items(items, data_file, kind="sft" if stage.kind == "sft" else "pairs")
         rec.seconds.harvest = round(time.perf_counter() - t1, 2)

@@ -202,6 +202,26 @@ class RipSettings(Section):
     max_gap: float | None = None
 
 
+class SampleSettings(Section):
+    """The target's own samples on each training slice: k seeded variants of the model that battles there.
+
+    Each sample is a contestant (named ``<model>-sample<i>``, temperature ``temperature``, seed
+    ``seed + i``), answered and judged through the ledger like a reference, so a rerun asks nothing
+    again. Harvest then draws from references and samples alike: an SFT example may be the target's
+    own best winning answer (rejection-sampling fine-tuning, RFT), and a DPO / RM pair may set one of
+    its samples against another. This is what lets the student learn past its teachers.
+    """
+
+    k: int = Field(4, ge=1, le=32, description="samples per prompt (k times the target's answering cost)")
+    temperature: float = Field(1.0, gt=0.0, le=2.0)
+    seed: int = 0
+
+    def variants(self, spec: ModelSpec) -> list[ModelSpec]:
+        """Return the k sampled variants of ``spec``."""
+        return [spec.model_copy(update={"name": f"{spec.name}-sample{i}", "params": spec.params.model_copy(
+            update={"temperature": self.temperature, "seed": self.seed + i})}) for i in range(self.k)]
+
+
 class HarvestConfig(Section):
     sft_threshold: float = Field(0.0, ge=0.0, description="SFT: the target lost by more than this score gap")
     k: float = Field(1.0, description="DPO: drop pairs whose score gap is at most K")
@@ -213,6 +233,17 @@ class HarvestConfig(Section):
     replay: bool = Field(False, description="train each SFT / DPO / RM stage on its own harvest plus the harvests of "
                          "the same kind from earlier rounds (against forgetting what earlier rounds taught)")
     seed: int = 0
+    samples: SampleSettings | None = Field(
+        None, description="the target's own samples as candidates on each training slice (the issue's "
+        "target.samples: a harvest setting, as it changes what is harvested, not the target)")
+    balance: bool = Field(False, description="balance each category's examples and pairs by the shortcut their "
+                          "answer would also fit (first or second number, yes or no, ascending or descending), so "
+                          "the data cannot teach a positional or constant answer")
+
+    def fingerprint_exclude(self) -> set[str]:
+        """Fields left out of a stage's fingerprint: the ablation baselines, and new options while unset."""
+        return {"baselines"} | ({"samples"} if self.samples is None else set()) | (set() if self.balance
+                                                                                    else {"balance"})
 
 
 class TrainingConfig(Section):

@@ -96,7 +96,8 @@ class Shortcut:
     """The policy's own exact share there."""
 
 
-def _same(a: str, b: str) -> bool:
+def same_answer(a: str, b: str) -> bool:
+    """Whether two answers are the same text, but for case, spacing, quotes and a final period."""
     return " ".join(a.lower().split()).strip(" .'\"") == " ".join(b.lower().split()).strip(" .'\"")
 
 
@@ -117,7 +118,7 @@ def follows_shortcut(prompts: Sequence[Prompt], answers: dict[str, str], *, agre
         firsts = {p.id: next((ln for ln in answers[p.id].splitlines() if ln.strip()), "") for p in items}
         exact = sum(_exact(p, answers[p.id]) for p in items) / len(items)
         for name, fn in POLICIES.items():
-            agree = sum(_same(firsts[p.id], fn(p.turns[0])) for p in items) / len(items)
+            agree = sum(same_answer(firsts[p.id], fn(p.turns[0])) for p in items) / len(items)
             own = sum(_exact(p, fn(p.turns[0])) for p in items) / len(items)
             if agree >= agreement and exact < own + margin:
                 found.append(Shortcut(cat, name, round(agree, 3), round(exact, 3), round(own, 3)))

@@ -1,0 +1,125 @@
+"""The target's own samples as candidates (harvest.samples) and data balanced against shortcuts (harvest.balance)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from arena_learning.config import ModelSpec
+from arena_learning.flywheel.harvest import (
+    PreferenceItem,
+    SFTItem,
+    balance_items,
+    harvest_sft,
+    per_model_counts,
+    shortcut_key,
+)
+from arena_learning.flywheel.settings import HarvestConfig, SampleSettings
+from arena_learning.records import Answer, Battle
+from arena_learning.tasks import generate_tasks
+
+
+def sft(p, text: str, model: str = "ref") -> SFTItem:
+    return SFTItem(messages=[{"role": "user", "content": p.turns[0]}, {"role": "assistant", "content": text}],
+                   prompt_id=p.id, source_model=model)
+
+
+def test_samples_are_seeded_variants_of_the_model_that_battles():
+    spec = ModelSpec(name="student-r1-sft", engine="transformers", model="bundled", mode="completion",
+                     params={"max_tokens": 8, "temperature": 0.0, "stop": ["\n"]})
+    out = SampleSettings(k=3, temperature=0.8, seed=5).variants(spec)
+    assert [m.name for m in out] == ["student-r1-sft-sample0", "student-r1-sft-sample1", "student-r1-sft-sample2"]
+    assert [(m.params.temperature, m.params.seed) for m in out] == [(0.8, 5), (0.8, 6), (0.8, 7)]
+    assert all(m.params.max_tokens == 8 and m.params.stop == ["\n"] and m.model == "bundled" for m in out)
+    assert spec.params.temperature == 0.0            # the target itself is untouched
+
+
+def test_new_harvest_options_leave_old_fingerprints_alone():
+    # a workspace made before these options existed must not redo its stages
+    h = HarvestConfig()
+    assert set(h.model_dump(exclude=h.fingerprint_exclude())) == {"sft_threshold", "k", "rm_k", "rip", "replay",
+                                                                  "seed"}
+    on = HarvestConfig(samples={"k": 2}, balance=True)
+    assert {"samples", "balance"} <= set(on.model_dump(exclude=on.fingerprint_exclude()))
+
+
+def test_sft_can_take_the_targets_own_winning_sample():
+    p = generate_tasks(1, suite=2, categories=["arithmetic"])[0]
+    answers = [Answer(prompt_id=p.id, model=m, turns=[t]) for m, t in
+               [("student", "1"), ("ref", "2"), ("student-sample0", p.reference[0]), ("student-sample1", "3")]]
+    battles = [Battle(prompt_id=p.id, model_a="student", model_b=m, outcome="model_b", score_a=0, score_b=s,
+                      score_gap=s, judge="verifier") for m, s in [("ref", 3.0), ("student-sample0", 10.0)]]
+    battles.append(Battle(prompt_id=p.id, model_a="student", model_b="student-sample1", outcome="tie", score_a=0,
+                          score_b=0, score_gap=0, judge="verifier"))
+    got = harvest_sft([p], answers, battles, target="student", references=["ref", "student-sample0",
+                                                                            "student-sample1"])
+    assert [(it.source_model, it.messages[-1]["content"]) for it in got] == [("student-sample0", p.reference[0])]
+    assert per_model_counts(got) == {"student-sample0": 1}
+
+
+def test_balance_cuts_a_positional_majority_to_the_minority():
+    prompts = generate_tasks(60, suite=2, categories=["comparison"])     # balanced: the answer first in 30
+    first = [p for p in prompts if shortcut_key(p, p.reference[0]) == ("first number",)]
+    second = [p for p in prompts if shortcut_key(p, p.reference[0]) == ("second number",)]
+    assert len(first) == len(second) == 30
+    # the target lost mostly where the answer is second: 19 of 30 harvested items say "the second number"
+    items = [sft(p, p.reference[0]) for p in second[:19] + first[:11]]
+    out = balance_items(items, prompts, seed=0)
+    keys = [shortcut_key(next(p for p in prompts if p.id == it.prompt_id), it.messages[-1]["content"]) for it in out]
+    assert keys.count(("first number",)) == keys.count(("second number",)) == 11
+    assert balance_items(items, prompts, seed=0) == out                  # seeded
+    assert [it.prompt_id for it in out] == [it.prompt_id for it in items if it in out]   # order kept
+
+
+def test_balance_drops_a_one_sided_category_and_keeps_what_no_rule_fits():
+    yn = generate_tasks(20, suite=2, categories=["yes_no"])
+    arith = generate_tasks(10, suite=2, categories=["arithmetic"])
+    yes_only = [sft(p, "Yes") for p in yn if p.reference[0] == "yes"]
+    right = [sft(p, p.reference[0]) for p in arith]
+    echo = [sft(arith[0], arith[0].turns[0].split()[2])]                # "What is A + B?" answered A
+    out = balance_items([*yes_only, *right, *echo], [*yn, *arith])
+    assert out == right                          # all-yes data teaches "yes"; an echoed operand teaches echoing
+    pairs = [PreferenceItem(prompt=[{"role": "user", "content": p.turns[0]}],
+                            chosen=[{"role": "assistant", "content": p.reference[0]}],
+                            rejected=[{"role": "assistant", "content": "maybe"}], prompt_id=p.id) for p in yn]
+    kept = balance_items(pairs, yn)
+    assert len(kept) == 20 and sum(it.chosen[0]["content"] == "yes" for it in kept) == 10
+
+
+@pytest.mark.slow
+def test_a_flywheel_with_samples_plans_runs_and_resumes_them_through_the_ledger(tmp_path):
+    """Suite 2, harvest.samples k=2, balance: the plan counts the samples' calls, the run makes exactly those,
+    the samples' answers are stored (seeded: a second sample differs from the first where it can), and a rerun
+    asks nothing."""
+    from arena_learning.config import validate_config
+    from arena_learning.flywheel.plan import plan_flywheel
+    from arena_learning.flywheel.rounds import run_flywheel
+    from arena_learning.flywheel.settings import FlywheelConfig
+    from arena_learning.flywheel_state import load_state, state_path
+    from arena_learning.store import Store
+
+    from .test_plan import FLYWHEEL
+
+    data = json.loads(json.dumps(FLYWHEEL))
+    data["tasks"] = {"n": 12, "seed": 0, "suite": 2}
+    data["pool"] = {"D0": {"n": 12, "seed": 101}}
+    data["rounds"] = [{"stages": [{"kind": "sft", "slice": "D0"}]}]
+    data["harvest"] = {"samples": {"k": 2, "temperature": 1.0, "seed": 3}, "balance": True}
+    cfg = validate_config(data, FlywheelConfig, "test")
+    planned: dict[str, int] = {}
+    for x in plan_flywheel(cfg, None).lines:
+        planned[x.model] = planned.get(x.model, 0) + x.to_send
+    planned = {m: n for m, n in planned.items() if n}
+    assert planned["student-base-sample0"] == planned["student-base-sample1"] == 12
+    with Store(tmp_path / "ws") as store:
+        run_flywheel(cfg, store, show_progress=False)
+        made = dict(store.db.execute("SELECT requested_by, COUNT(*) FROM calls GROUP BY requested_by").fetchall())
+        assert made == planned
+        samples = [store.get_answers(f"student-base-sample{i}", "flywheel/D0") for i in (0, 1)]
+        assert all(len(s) == 12 for s in samples)
+        assert [a.turns for a in samples[0]] != [a.turns for a in samples[1]]
+        assert all(x.to_send == 0 for x in plan_flywheel(cfg, store).lines)
+    state = load_state(state_path(tmp_path / "ws"))
+    rec = next(iter(state.stages.values()))
+    assert set(rec.by_model) <= {"ref-2shot", "student-base-sample0", "student-base-sample1"}
