@@ -209,7 +209,8 @@ def model_diff(fit: BTResult, battles: Sequence[Battle], model: str, other: str,
     delta = paired_delta(fit, model, other)
     correct = exact_answers(prompts, answers)
     cats = {p.id: p.category for p in prompts}
-    settings: dict[str, Any] = {k: fit.settings[k] for k in ("bootstrap", "resample", "seed", "ci", "anchor") if k in fit.settings}
+    keys = ("bootstrap", "resample", "seed", "ci", "anchor")
+    settings: dict[str, Any] = {k: fit.settings[k] for k in keys if k in fit.settings}
     return ModelDiff(delta, head_to_head(battles, model, other), exact_count(correct, cats, model, other),
                      exact_count(correct, cats, other, model), settings)
 
