@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from arena_learning import pipeline
 from arena_learning.cli import app
-from arena_learning.config import ModelSpec, validate_config
+from arena_learning.config import ModelSpec, RunConfig, validate_config
 from arena_learning.flywheel.rounds import Flywheel
 from arena_learning.flywheel.settings import FlywheelConfig
 from arena_learning.flywheel_state import StageRecord, load_state, state_path
@@ -49,15 +49,11 @@ def right_sets(n: int) -> dict[str, set[int]]:
             BASE: base, R0: r0, R1: r1}
 
 
-@pytest.fixture(scope="module")
-def task_ws(tmp_path_factory):
-    """A flywheel workspace's test set: five models' scripted answers, battles judged by the real verifier."""
-    ws = tmp_path_factory.mktemp("evidence") / "ws"
-    cfg = validate_config(json.loads(json.dumps(FLYWHEEL)), FlywheelConfig, "test")
+def build_workspace(ws, cfg, run, save) -> dict:
+    """Store ``run``'s test set, five models' scripted answers and the real verifier's battles in ``ws``."""
     right = right_sets(90)
-    run = cfg.arena_config([ModelSpec(name=m, engine="imported") for m in right])
     with Store(ws) as store:
-        pipeline.save_config(cfg, store, "flywheel_config", "flywheel.resolved.yaml")
+        save(store)
         prompts = pipeline.stage_prompts(run, store)
         assert len(prompts) == 90
         answers = []
@@ -72,6 +68,15 @@ def task_ws(tmp_path_factory):
         battles = store.get_battles("verifier")
     assert all((check(p, [p.reference[0]]) == 10) for p in prompts)  # a reference answer is an exact answer
     return {"ws": ws, "cfg": cfg, "prompts": prompts, "right": right, "battles": battles}
+
+
+@pytest.fixture(scope="module")
+def task_ws(tmp_path_factory):
+    """A flywheel workspace's test set (its config saved as the flywheel saves it, no arena run config)."""
+    cfg = validate_config(json.loads(json.dumps(FLYWHEEL)), FlywheelConfig, "test")
+    run = cfg.arena_config([ModelSpec(name=m, engine="imported") for m in right_sets(90)])
+    return build_workspace(tmp_path_factory.mktemp("evidence") / "ws", cfg, run,
+                           lambda store: pipeline.save_config(cfg, store, "flywheel_config", "flywheel.resolved.yaml"))
 
 
 def per_category(task_ws, model: str, other: str) -> dict[str, tuple[int, int]]:
@@ -105,6 +110,20 @@ def test_leaderboard_diff_gives_the_paired_delta_head_to_head_and_exact_answers_
     res = CliRunner().invoke(app, ["leaderboard", str(task_ws["ws"]), "--diff", R1, R0])
     assert res.exit_code == 0, res.output
     assert "rating difference" in res.stdout and "+6 -1" in res.stdout and "6 won, 1 lost, 83 tied" in res.stdout
+
+
+def test_leaderboard_diff_of_an_arena_run_uses_its_rating_settings_and_its_leaderboard(tmp_path):
+    run = RunConfig.model_validate({"name": "arena", "tasks": {"n": 90, "seed": 0},
+                                    "models": [{"name": m, "engine": "imported"} for m in right_sets(90)],
+                                    "ratings": {"bootstrap": 50, "seed": 3, "anchor": "ref-b"}})
+    got = build_workspace(tmp_path / "ws", None, run, lambda store: pipeline.save_config(run, store))
+    res = CliRunner().invoke(app, ["leaderboard", str(got["ws"]), "--diff", "ref-a", R1, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["settings"] == {"bootstrap": 50, "resample": "prompt", "seed": 3, "ci": 0.95, "anchor": "ref-b"}
+    board = {r.model: r.rating for r in pipeline.workspace_board(got["ws"])}  # what `arena leaderboard WS` prints
+    assert out["delta"]["rating"] == pytest.approx(board["ref-a"] - board[R1])
+    assert out["rounds"] == 50 and out["judge"] == "verifier"
 
 
 @pytest.mark.parametrize("args,message", [
