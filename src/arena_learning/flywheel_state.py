@@ -102,6 +102,12 @@ class Measured(Record):
     style_ci_low: float | None = None
     style_ci_high: float | None = None
 
+    def dump(self) -> dict[str, Any]:
+        """Return ``model_dump()`` with the record's own fields first and these measurements after them."""
+        d = self.model_dump()
+        tail = [k for k in EVIDENCE_KEYS if k in d]
+        return {**{k: v for k, v in d.items() if k not in tail}, **{k: d[k] for k in tail}}
+
 
 class Compared(Measured):
     """The paired deltas of a stage's or round's model at the last evaluation (None where either is not rated)."""
@@ -111,7 +117,7 @@ class Compared(Measured):
     delta_best_ref: Delta | None = Field(None, description="against the best-rated reference")
 
 
-EVIDENCE_KEYS = tuple(Compared.model_fields)
+EVIDENCE_KEYS = (*(k for k in Compared.model_fields if k not in Measured.model_fields), *Measured.model_fields)
 """The keys the paired statistics and verbosity add to a stage's and a round's row of ``arena flywheel --json``."""
 
 
@@ -150,7 +156,7 @@ class StageRecord(Compared):
                 "s_per_step": tr.s_per_step if tr else None, "seconds": self.seconds.spent(),
                 "peak_rss_mb": tr.peak_rss_mb if tr else None,
                 "rating": self.rating, "ci_low": self.ci_low, "ci_high": self.ci_high,
-                **self.model_dump(include=set(EVIDENCE_KEYS))}
+                **{k: v for k, v in self.dump().items() if k in EVIDENCE_KEYS}}
 
 
 class RatedModel(Measured):

@@ -171,9 +171,9 @@ class FlywheelReport:
 
     def as_json(self) -> dict[str, Any]:
         """Return what ``arena flywheel --json`` prints."""
-        return {"rounds": [r.model_dump() for r in self.rounds],
-                "references": [r.model_dump() for r in self.references],
-                "base": None if self.base is None else self.base.model_dump(),
+        return {"rounds": [r.dump() for r in self.rounds],
+                "references": [r.dump() for r in self.references],
+                "base": None if self.base is None else self.base.dump(),
                 "stages": [s.row() for s in self.stages], "ablations": [s.row() for s in self.ablations]}
 
 
