@@ -157,7 +157,19 @@ def test_flywheel_json_has_the_round_table(killed_and_resumed):
     assert set(abl) == {"r0.0-sft-random", "r1.0-sft-random"}
     assert abl["r1.0-sft-random"]["selection"] == "random" and abl["r1.0-sft-random"]["examples"] == 9
     assert abl["r1.0-sft-random"]["rating"] is not None  # rated in the same table
-    assert set(out["references"][0]) == {"model", "rating", "ci_low", "ci_high"}
+    assert set(out["references"][0]) == {"model", "rating", "ci_low", "ci_high", "exact", "mean_chars",
+                                         "mean_tokens", "style_rating", "style_ci_low", "style_ci_high"}
+    # paired deltas: the base is not rated here (evaluate_base: false), so round 0 has no model before it
+    r0, r1 = out["rounds"]
+    assert r0["delta_prev"] is None and r0["delta_base"] is None
+    d = r1["delta_prev"]
+    assert d["vs"] == r0["model"] and d["ci_low"] <= d["rating"] <= d["ci_high"]
+    assert d["rating"] == pytest.approx(r1["rating"] - r0["rating"], abs=0.02)  # the round table's own ratings
+    assert r1["delta_best_ref"]["vs"] == "ref-4shot"
+    assert abl["r1.0-sft-random"]["delta_prev"]["vs"] == r0["model"]  # the variant started where r1.0-sft did
+    assert r1["exact"]["of"] == 9 and r1["exact"]["vs"] == r0["model"] and r1["exact"]["gained"] is not None
+    assert sum(c["n"] for c in r1["exact"]["per_category"].values()) == r1["exact"]["n"]
+    assert r1["mean_chars"] is not None and out["references"][0]["mean_chars"] is not None
 
 
 @pytest.mark.slow

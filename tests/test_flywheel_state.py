@@ -9,7 +9,11 @@ import pytest
 
 from arena_learning.errors import ArenaError
 from arena_learning.flywheel_state import (
+    EVIDENCE_KEYS,
     STATE_VERSION,
+    Delta,
+    ExactAnswers,
+    ExactCount,
     FlywheelState,
     StageRecord,
     TrainSummary,
@@ -80,20 +84,48 @@ def test_a_state_of_the_layout_before_records_is_migrated_to_the_same_numbers(tm
     # the rating a stage had only in the last report's rows is now in its record
     assert (main.rating, main.ci_low, main.ci_high) == (1012.35, 980.5, 1040.25)
     assert state.stages["r0.0-sft-random"].status == "skipped" and state.stages["r0.0-sft-random"].rating is None
-    # each stage's row of `arena flywheel --json` is what the old report wrote, key for key
-    assert main.row() == old["last_report"]["stages"][0]
-    assert state.stages["r0.0-sft-random"].row() == old["last_report"]["ablations"][0]
+    # each stage's row of `arena flywheel --json` is what the old report wrote, key for key, and the paired
+    # statistics and verbosity fields added since are None (an old state has none to show)
+    for rec, old_row in ((main, old["last_report"]["stages"][0]),
+                         (state.stages["r0.0-sft-random"], old["last_report"]["ablations"][0])):
+        row = rec.row()
+        assert {k: row[k] for k in old_row} == old_row
+        assert set(row) - set(old_row) == set(EVIDENCE_KEYS) and all(row[k] is None for k in EVIDENCE_KEYS)
     assert state.evaluations[0].ratings[0].rating == RATING["rating"] and state.evaluations[0].seconds == 40.2
     assert state.slices["D0"].prompts == 6 and state.answered["flywheel/D0"]["ref-4shot"] == "bbbb"
     table = state.last_report
     assert table is not None and table.base is None and table.references[0].ci_high == 1020.0
-    assert table.rounds[0].model_dump() == old["last_report"]["rounds"][0]
+    old_round = old["last_report"]["rounds"][0]
+    assert table.rounds[0].model_dump(exclude=set(EVIDENCE_KEYS)) == old_round
+    assert table.rounds[0].delta_prev is None and table.rounds[0].exact is None
     assert state.runs[0].trained and state.runs[0].seconds == 95.3
     # written whole in the new layout, read back the same
     save_state(state, path)
     assert json.loads(path.read_text())["version"] == 2
     assert load_state(path) == state
     assert not list(path.parent.glob(".state.json.tmp*"))  # the write left no temporary file
+
+
+def test_a_version_2_state_written_before_the_paired_statistics_loads_and_keeps_them_once_set(tmp_path):
+    path = state_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    rated = {"model": "student-r0-sft", "rating": 1012.35, "ci_low": 980.5, "ci_high": 1040.25}
+    before = {"version": 2, "stages": {"r0.0-sft": {"key": "r0.0-sft", "round": 0, "kind": "sft", "status": "done",
+                                                     **{k: rated[k] for k in ("rating", "ci_low", "ci_high")}}},
+              "last_report": {"rounds": [{"round": 0, **rated}], "references": [{"model": "ref", "rating": 990.0}],
+                              "base": None}}
+    path.write_text(json.dumps(before))
+    state = load_state(path)
+    assert state.stages["r0.0-sft"].delta_prev is None and state.last_report.rounds[0].exact is None
+    assert state.last_report.references[0].mean_chars is None
+    row = state.last_report.rounds[0]
+    row.delta_prev = Delta(vs="student-base", rating=25.5, ci_low=10.0, ci_high=41.0, p_better=1.0)
+    row.exact = ExactAnswers(n=70, of=90, gained=9, lost=2, vs="student-base",
+                             per_category={"arithmetic": ExactCount(n=5, of=10, gained=1, lost=0)})
+    row.mean_chars, row.style_rating = 12.25, 1008.5
+    save_state(state, path)
+    back = load_state(path)
+    assert back == state and back.last_report.rounds[0].exact.per_category["arithmetic"].gained == 1
 
 
 def test_no_state_file_is_a_fresh_state_and_a_record_round_trips(tmp_path):

@@ -20,7 +20,8 @@ from .files import write_json
 from .records import Rating, Record
 
 STATE_VERSION = 2
-"""1: the dict of string keys before records (no ``version`` key); 2: these records."""
+"""1: the dict of string keys before records (no ``version`` key); 2: these records. Fields added to them since
+(paired deltas, exact answers, verbosity) are optional: a version-2 file without them loads as it is."""
 
 STATE_FILE = "state.json"
 
@@ -60,7 +61,67 @@ class TrainSummary(Record):
     resumed_from: str | None = None
 
 
-class StageRecord(Record):
+class Delta(Record):
+    """A model's rating minus that of the model ``vs``, with the 95% CI of the difference over shared resamples.
+
+    Paired (``rating.paired``): each bootstrap round resampled the test prompts once and rated both models on
+    it, so the interval is of the difference itself, not two separate intervals compared.
+    """
+
+    vs: str = Field(description="the model compared against")
+    rating: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_better: float | None = Field(None, description="share of bootstrap rounds rating the model above vs")
+
+
+class ExactCount(Record):
+    """Exact answers (checker score 10) on the test set; gained / lost: prompts right here and wrong in ``vs``,
+    and the reverse (None without a model to compare to)."""
+
+    n: int = 0
+    of: int = Field(0, description="test prompts of the model checked")
+    gained: int | None = None
+    lost: int | None = None
+
+
+class ExactAnswers(ExactCount):
+    vs: str | None = None
+    per_category: dict[str, ExactCount] = Field(default_factory=dict)
+
+
+class Measured(Record):
+    """What the last evaluation measured of a model besides its rating: exact answers and verbosity."""
+
+    exact: ExactAnswers | None = Field(None, description="against the model before (delta_prev's vs), if any")
+    mean_chars: float | None = Field(None, description="mean answer length on the test set, characters")
+    mean_tokens: float | None = Field(None, description="mean answer length on the test set, tokens the engine "
+                                      "counted (None where it counted none)")
+    style_rating: float | None = Field(None, description="the rating with answer style (length, markdown) "
+                                       "controlled, beside the plain one")
+    style_ci_low: float | None = None
+    style_ci_high: float | None = None
+
+    def dump(self) -> dict[str, Any]:
+        """Return ``model_dump()`` with the record's own fields first and these measurements after them."""
+        d = self.model_dump()
+        tail = [k for k in EVIDENCE_KEYS if k in d]
+        return {**{k: v for k, v in d.items() if k not in tail}, **{k: d[k] for k in tail}}
+
+
+class Compared(Measured):
+    """The paired deltas of a stage's or round's model at the last evaluation (None where either is not rated)."""
+
+    delta_prev: Delta | None = Field(None, description="against the model the stage or round started from")
+    delta_base: Delta | None = Field(None, description="against the untrained base")
+    delta_best_ref: Delta | None = Field(None, description="against the best-rated reference")
+
+
+EVIDENCE_KEYS = (*(k for k in Compared.model_fields if k not in Measured.model_fields), *Measured.model_fields)
+"""The keys the paired statistics and verbosity add to a stage's and a round's row of ``arena flywheel --json``."""
+
+
+class StageRecord(Compared):
     """One training stage of a round (or its ablation variant): its data, its training, its rating."""
 
     key: str = Field(description="rR.I-KIND[-VARIANT]")
@@ -94,10 +155,11 @@ class StageRecord(Record):
                 "by_model": self.by_model, "train_loss": self.train_loss, "steps": tr.steps if tr else None,
                 "s_per_step": tr.s_per_step if tr else None, "seconds": self.seconds.spent(),
                 "peak_rss_mb": tr.peak_rss_mb if tr else None,
-                "rating": self.rating, "ci_low": self.ci_low, "ci_high": self.ci_high}
+                "rating": self.rating, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                **{k: v for k, v in self.dump().items() if k in EVIDENCE_KEYS}}
 
 
-class RatedModel(Record):
+class RatedModel(Measured):
     """A model's rating with its 95% CI, rounded to 2 digits (None: not rated)."""
 
     model: str
@@ -112,7 +174,7 @@ class RatedModel(Record):
         return cls(model=model, rating=round(r.rating, 2), ci_low=rounded(r.ci_low), ci_high=rounded(r.ci_high))
 
 
-class RoundRow(Record):
+class RoundRow(Compared):
     """One round of the round table: the model it left and the data its stages harvested."""
 
     round: int

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..config import load_config_file
 from ..errors import ArenaError
-from ..flywheel_state import RatedModel, RoundRow, StageRecord
+from ..flywheel_state import Delta, ExactAnswers, RatedModel, RoundRow, StageRecord
 from ..store import DEFAULT_SET, Store
 from .errors import user_errors
 from .options import ray_overrides
@@ -37,7 +38,11 @@ FLYWHEEL_HELP = (
     "is rated on the test set with every earlier round's model and the references.\n\n"
     "A run killed anywhere resumes at the stage it was in (finished stages are not redone; training resumes from "
     "its last checkpoint). --json prints {rounds: [{round, model, rating, ci_low, ci_high, sft_examples, "
-    "dpo_pairs, rm_pairs, train_loss}], references: [{model, rating, ci_low, ci_high}], ...}."
+    "dpo_pairs, rm_pairs, train_loss, delta_prev, delta_base, delta_best_ref, exact, mean_chars, mean_tokens, "
+    "style_rating, ...}], references: [{model, rating, ci_low, ci_high, exact, mean_chars, ...}], stages: [...], "
+    "...}; a delta is {vs, rating, ci_low, ci_high, p_better}: the paired rating difference (both models rated on "
+    "each bootstrap resample of the test prompts), exact is {n, of, gained, lost, vs, per_category: {CATEGORY: "
+    "{n, of, gained, lost}}} (checker score 10 on the task suite)."
 )
 HARVEST_HELP = (
     "Export training data from the battles of a workspace in TRL's formats: --kind sft (the prompts the target "
@@ -63,17 +68,33 @@ def _ci(row: RatedModel | RoundRow | StageRecord) -> str:
     return f"{row.ci_low:.0f}..{row.ci_high:.0f}"
 
 
+def _delta(d: Delta | None) -> str:
+    """Return "+12.3 [+4, +21]": a paired delta and its 95% CI, or "-"."""
+    if d is None:
+        return "-"
+    ci = "" if d.ci_low is None or d.ci_high is None else f" [{d.ci_low:+.0f}, {d.ci_high:+.0f}]"
+    return f"{d.rating:+.1f}{ci}"
+
+
+def _exact(e: ExactAnswers | None) -> str:
+    """Return "76/270 (+9 -2)": exact answers, and those gained and lost against the model before, or "-"."""
+    if e is None:
+        return "-"
+    return f"{e.n}/{e.of}" + ("" if e.gained is None else f" (+{e.gained} -{e.lost})")
+
+
 def print_report(report: FlywheelReport) -> None:
-    """Print the round table, the stages, the references and the data harvested per reference model."""
-    t = Table(title="flywheel rounds", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    for col in ("round", "model", "rating", "95% CI", "sft", "dpo", "rm", "train loss"):
+    """Print the round table, the stages, the references, the paired evidence and the data harvested per model."""
+    t = Table(title="flywheel rounds (delta: paired, against the round before, 95% CI; exact: right answers, "
+              "gained and lost)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("round", "model", "rating", "95% CI", "delta", "exact", "sft", "dpo", "rm", "train loss"):
         t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
     if report.base is not None:
         b = report.base
-        t.add_row("start", b.model, _fmt(b.rating), _ci(b), "", "", "", "")
+        t.add_row("start", escape(b.model), _fmt(b.rating), _ci(b), "", _exact(b.exact), "", "", "", "")
     for r in report.rounds:
-        t.add_row(str(r.round), r.model, _fmt(r.rating), _ci(r), str(r.sft_examples), str(r.dpo_pairs),
-                  str(r.rm_pairs), _fmt(r.train_loss, 3))
+        t.add_row(str(r.round), escape(r.model), _fmt(r.rating), _ci(r), _delta(r.delta_prev), _exact(r.exact),
+                  str(r.sft_examples), str(r.dpo_pairs), str(r.rm_pairs), _fmt(r.train_loss, 3))
     wide.print(t)
     rows = [*report.stages, *report.ablations]
     show_sel = any(s.selection != "pair_judge" for s in rows)
@@ -97,6 +118,7 @@ def print_report(report: FlywheelReport) -> None:
     for ref in report.references:
         t.add_row(ref.model, _fmt(ref.rating), _ci(ref))
     wide.print(t)
+    print_evidence(report)
     models = sorted({m for s in report.stages for m in s.by_model})
     if models:
         t = Table(title="data harvested per model (SFT: the winner that supplied the answer; pairs: the chosen "
@@ -106,6 +128,57 @@ def print_report(report: FlywheelReport) -> None:
             t.add_column(m, justify="right", no_wrap=True)
         for s in report.stages:
             t.add_row(s.key, *[str(s.by_model.get(m, 0)) for m in models])
+        wide.print(t)
+
+
+def print_evidence(report: FlywheelReport) -> None:
+    """Print the paired deltas of every stage and round, exact answers per category, and the verbosity watch."""
+    compared: list[tuple[str, RoundRow | StageRecord]] = [(f"round {r.round}", r) for r in report.rounds]
+    # a stage whose model is its round's (the last stage of the round) is that round's row already
+    ends = {r.model for r in report.rounds}
+    compared += [(s.key, s) for s in [*report.stages, *report.ablations] if s.status == "done" and s.model not in ends]
+    if any(x.delta_prev or x.delta_base or x.delta_best_ref for _, x in compared):
+        t = Table(title="paired deltas (rating difference in each bootstrap round of the test prompts, 95% CI; "
+                  "P: share of rounds above)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1),
+                  pad_edge=False)
+        for col in ("", "model", "vs model before", "P", "vs base", "vs best reference", "exact"):
+            t.add_column(col, justify="left" if col in ("", "model") else "right", no_wrap=True)
+        for label, x in compared:
+            p = x.delta_prev.p_better if x.delta_prev is not None else None
+            t.add_row(label, escape(x.model), _delta(x.delta_prev), _fmt(p, 2), _delta(x.delta_base),
+                      _delta(x.delta_best_ref), _exact(x.exact))
+        wide.print(t)
+    cats = sorted({c for r in report.rounds if r.exact for c in r.exact.per_category})
+    if cats:
+        t = Table(title="exact answers per category (gained and lost against the round before)",
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+        t.add_column("category", no_wrap=True)
+        heads: list[tuple[str, RatedModel | RoundRow]] = (
+            [("start", report.base)] if report.base is not None and report.base.exact else [])
+        heads += [(f"round {r.round}", r) for r in report.rounds]
+        for name, _ in heads:
+            t.add_column(name, justify="right", no_wrap=True)
+        for c in cats:
+            cells = []
+            for _, h in heads:
+                e = h.exact.per_category.get(c) if h.exact is not None else None
+                cells.append("-" if e is None else f"{e.n}/{e.of}" + ("" if e.gained is None
+                                                                     else f" (+{e.gained} -{e.lost})"))
+            t.add_row(escape(c), *cells)
+        wide.print(t)
+    watched: list[tuple[str, RatedModel | RoundRow]] = [("start", report.base)] if report.base is not None else []
+    watched += [(f"round {r.round}", r) for r in report.rounds]
+    watched += [("reference", ref) for ref in report.references]
+    if any(w.mean_chars is not None for _, w in watched):
+        t = Table(title="verbosity watch (mean answer length on the test set; rating with answer style controlled "
+                  "beside the plain one)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+        for col in ("", "model", "chars", "tokens", "rating", "style-controlled", "95% CI"):
+            t.add_column(col, justify="left" if col in ("", "model") else "right", no_wrap=True)
+        for label, w in watched:
+            sci = "-" if w.style_ci_low is None or w.style_ci_high is None else \
+                f"{w.style_ci_low:.0f}..{w.style_ci_high:.0f}"
+            t.add_row(label, escape(w.model), _fmt(w.mean_chars), _fmt(w.mean_tokens), _fmt(w.rating),
+                      _fmt(w.style_rating), sci)
         wide.print(t)
 
 

@@ -195,8 +195,19 @@ def leaderboard(
     judge: Annotated[str | None, typer.Option(
         help="whose battles (default: the run's judge); imported judgments (`arena import-judgments`) need no "
              "run")] = None,
+    diff: Annotated[tuple[str, str] | None, typer.Option(
+        "--diff", metavar="A B", help="compare two models instead, paired: A's rating minus B's with a 95% CI from "
+        "the same bootstrap resamples of the prompts, P(A>B), A's battles against B, exact answers gained and lost "
+        "per category")] = None,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
+    if diff is not None:
+        if by is not None or style_control or baseline is not None or csv is not None:
+            raise ArenaError("--diff compares two models: it goes without --by, --style-control, --baseline and --csv")
+        from .rating import diff_board
+
+        diff_board(workspace, diff[0], diff[1], json_out, judge)
+        return
     if baseline is not None or judge is not None:
         from .peers import baseline_board, judge_board
 

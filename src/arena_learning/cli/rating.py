@@ -148,3 +148,69 @@ def compare_command(
                 f"{len(result.only_in_reference)} only in BOARD_B",
                 highlight=False,
             )
+
+
+def diff_board(workspace: Path, model: str, other: str, json_out: bool, judge: str | None = None) -> None:
+    """Print ``arena leaderboard WS --diff MODEL OTHER``: the paired comparison of two models of a workspace.
+
+    The rating difference with its CI from shared resamples (the workspace's own rating settings: an arena
+    run's, else a flywheel's), the share of resamples rating MODEL higher, MODEL's battles against OTHER, and
+    exact answers gained and lost per category where the prompts carry checker references.
+    """
+    from ..config import RatingConfig
+    from ..rating.bt import RateOptions, rate
+    from ..rating.counts import BattleTable
+    from ..rating.paired import model_diff
+    from ..store import DEFAULT_SET, Store
+    from .consoles import stdout_console
+    from .peers import _pick_judge
+
+    with _user_errors(), Store(workspace, readonly=True) as store:
+        name = _pick_judge(store, judge, list(store.info()["judges"]))
+        battles = store.get_battles(name)
+        if not battles:
+            raise ArenaError(f"{workspace} has no battles of judge {name!r} on its test set: run `arena battle` "
+                             "(or `arena run`, `arena flywheel`) first")
+        saved = store.get_meta("config") or store.get_meta("flywheel_config")
+        prompts = store.get_prompts(DEFAULT_SET)
+        answers = store.get_answers(set_name=DEFAULT_SET)
+        try:
+            r = RatingConfig.model_validate((saved or {}).get("ratings", {}) if isinstance(saved, dict) else {})
+        except ValueError as err:
+            raise ArenaError(f"the rating settings saved in {workspace} do not validate ({err}); rerun the run to "
+                             "refresh them") from None
+        fit = rate(BattleTable.from_battles(battles), RateOptions(**r.model_dump()))
+        diff = model_diff(fit, battles, model, other, prompts, answers)
+    if json_out:
+        typer.echo(json.dumps({"judge": name, **diff.as_dict()}, indent=2))
+        return
+    from rich.markup import escape
+
+    d, h = diff.delta, diff.head
+    t = Table(title=f"A = {escape(model)} against B = {escape(other)}: judge {escape(name)}, {len(battles)} battles, "
+              f"{r.bootstrap} bootstrap rounds resampling {r.resample}s", title_justify="left")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    t.add_column("note")
+    ci = "-" if d.ci_low is None or d.ci_high is None else f"[{d.ci_low:+.1f}, {d.ci_high:+.1f}]"
+    t.add_row("rating difference", f"{d.rating:+.1f}", "A minus B, point ratings")
+    t.add_row("95% CI (paired)", ci, f"of the difference in each of {d.rounds} rounds rating both on one resample")
+    t.add_row("P(A > B)", _fmt(d.p_better, 3), "share of those rounds rating A higher")
+    t.add_row("A vs B battles", f"{h.wins} won, {h.losses} lost, {h.ties} tied",
+              f"on {h.shared_prompts} prompts both played")
+    e, eo = diff.exact, diff.exact_other
+    if e is not None:
+        t.add_row("exact answers", f"{e.n}/{e.of} vs {eo.n}/{eo.of}" if eo is not None else f"{e.n}/{e.of}",
+                  "checker score 10")
+        if e.gained is not None:
+            t.add_row("gained / lost", f"+{e.gained} -{e.lost}", "right in A and wrong in B / the reverse")
+    console = stdout_console()
+    console.print(t)
+    if e is not None and e.gained is not None and e.per_category:
+        c = Table(title="exact answers per category (A, B; gained and lost by A)", title_justify="left")
+        for col in ("category", "prompts", "A", "B", "gained", "lost"):
+            c.add_column(col, justify="left" if col == "category" else "right")
+        for cat, x in e.per_category.items():
+            y = eo.per_category.get(cat) if eo is not None else None
+            c.add_row(escape(cat), str(x.of), str(x.n), "-" if y is None else str(y.n), str(x.gained), str(x.lost))
+        console.print(c)

@@ -44,6 +44,7 @@ from ..engines.identity import content_identity
 from ..engines.transformers_engine import release_models, resolve_hf_folder
 from ..errors import ArenaError
 from ..flywheel_state import (
+    EVIDENCE_KEYS,
     STATE_FILE,
     Evaluation,
     FlywheelState,
@@ -56,11 +57,13 @@ from ..flywheel_state import (
     load_state,
     save_state,
 )
+from ..rating.bt import RateOptions
 from ..records import Prompt, Rating
 from ..scale.launch import LaunchError, check_launchable, launch_command, run_launch
 from ..store import Store
 from ..tasks import generate_tasks, suite_categories
 from . import train as training
+from .evidence import Evidence, gather
 from .export import export_items, read_items
 from .harvest import RipFilter, balance_items, per_model_counts, select_pairs, select_sft
 from .settings import FlywheelConfig, RoundSpec, SliceSpec, StageSpec
@@ -168,9 +171,9 @@ class FlywheelReport:
 
     def as_json(self) -> dict[str, Any]:
         """Return what ``arena flywheel --json`` prints."""
-        return {"rounds": [r.model_dump() for r in self.rounds],
-                "references": [r.model_dump() for r in self.references],
-                "base": None if self.base is None else self.base.model_dump(),
+        return {"rounds": [r.dump() for r in self.rounds],
+                "references": [r.dump() for r in self.references],
+                "base": None if self.base is None else self.base.dump(),
                 "stages": [s.row() for s in self.stages], "ablations": [s.row() for s in self.ablations]}
 
 
@@ -194,6 +197,7 @@ class Flywheel:
         self._slices: dict[str, list[Prompt]] = {}
         self._test: list[Prompt] | None = None
         self.rated: list[ModelSpec] = []  # the models rated on the test set so far, in order
+        self.started_from: dict[str, str] = {}  # stage key -> the model it trained from (for its paired delta)
         self.worked = False  # whether this run answered for, harvested or trained a stage
 
     def _save_state(self) -> None:
@@ -282,6 +286,7 @@ class Flywheel:
         name = self._stage_name(rnd, r, i, stage) + (f"-{variant}" if variant else "")
         folder = stage_folder(self.root, r, i, stage.kind, variant)
         key = stage_key(r, i, stage.kind, variant)
+        self.started_from[key] = current.name
         fp = self._fingerprint(r, i, stage, before, variant)
         rec = self.state.stages.get(key)
         if rec is not None and rec.fingerprint != fp:
@@ -481,28 +486,62 @@ class Flywheel:
             last_eval = self.evaluate(label if cfg.rounds else "start")
         return self.report(last_eval, round_models, stage_recs, time.perf_counter() - started)
 
+    def evidence(self) -> Evidence | None:
+        """Return the paired deltas, exact answers and verbosity of the test set's battles (None: nothing to rate)."""
+        battles = self.store.get_battles(self.cfg.judge.name, TEST_SET)
+        if not battles:
+            return None
+        answers = self.store.get_answers(set_name=TEST_SET)
+        ev = gather(battles, answers, self.test_prompts(), RateOptions(**self.cfg.ratings.model_dump()))
+        if ev.style_note:
+            self.say(f"[flywheel] no style-controlled ratings: {ev.style_note}")
+        return ev
+
     def report(self, ratings: list[Rating], round_models: list[tuple[int, ModelSpec, list[StageRecord]]],
                stage_recs: list[StageRecord], seconds: float) -> FlywheelReport:
         """Return the round table of ``ratings`` (the last evaluation's); keep it and the stage ratings in the state."""
         by_name = {r.model: r for r in ratings}
         rep = FlywheelReport(ratings=ratings, seconds=seconds)
+        base_name = f"{self.cfg.target.name}-base"
+        ev = self.evidence()
+        rated_refs = [by_name[m.name] for m in self.refs if m.name in by_name]
+        best_ref = max(rated_refs, key=lambda x: x.rating).model if rated_refs else None
+
+        def compared(model: str, prev: str | None) -> dict[str, Any]:
+            """Return the ``Compared`` fields of ``model`` (empty without evidence)."""
+            if ev is None:
+                return {}
+            return {"delta_prev": ev.delta(model, prev), "delta_base": ev.delta(model, base_name),
+                    "delta_best_ref": ev.delta(model, best_ref), "exact": ev.exact(model, prev), **ev.measured(model)}
+
+        def measured(model: str) -> dict[str, Any]:
+            return {} if ev is None else {"exact": ev.exact(model, None), **ev.measured(model)}
+
+        prev_round = base_name
         for r, spec, recs in round_models:
             done = [x for x in recs if x.status == "done"]
             rep.rounds.append(RoundRow(
-                round=r, **RatedModel.of(spec.name, by_name.get(spec.name)).model_dump(),
+                round=r, **RatedModel.of(spec.name, by_name.get(spec.name)).model_dump(include={
+                    "model", "rating", "ci_low", "ci_high"}),
                 sft_examples=sum(x.examples for x in recs if x.kind == "sft"),
                 dpo_pairs=sum(x.examples for x in recs if x.kind == "dpo"),
                 rm_pairs=sum(x.examples for x in recs if x.kind == "rl"),
                 train_loss=done[-1].train_loss if done else None,
-                stages=[x.kind for x in recs], by_model={x.key: x.by_model for x in recs}))
+                stages=[x.kind for x in recs], by_model={x.key: x.by_model for x in recs},
+                **compared(spec.name, prev_round)))
+            prev_round = spec.name
         for x in stage_recs:
-            rated = RatedModel.of(x.model, by_name.get(x.model) if x.status == "done" else None)
+            is_rated = x.status == "done"
+            rated = RatedModel.of(x.model, by_name.get(x.model) if is_rated else None)
             x.rating, x.ci_low, x.ci_high = rated.rating, rated.ci_low, rated.ci_high
+            fields = compared(x.model, self.started_from.get(x.key)) if is_rated else {}
+            for name in EVIDENCE_KEYS:  # a stage not rated now keeps no figures of an earlier run
+                setattr(x, name, fields.get(name))
             (rep.ablations if x.ablation else rep.stages).append(x)
-        rep.references = [RatedModel.of(m.name, by_name.get(m.name)) for m in self.refs]
-        base_name = f"{self.cfg.target.name}-base"
+        rep.references = [RatedModel.of(m.name, by_name.get(m.name)).model_copy(update=measured(m.name))
+                          for m in self.refs]
         if base_name in by_name:
-            rep.base = RatedModel.of(base_name, by_name[base_name])
+            rep.base = RatedModel.of(base_name, by_name[base_name]).model_copy(update=measured(base_name))
         self.state.last_report = rep.table()
         self.state.runs.append(RunRecord(seconds=round(seconds, 1), trained=self.worked,
                                          finished=time.strftime("%Y-%m-%d %H:%M:%S")))

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArenaError
-from ..flywheel_state import RatedModel, RoundRow, load_state, state_path
+from ..flywheel_state import Delta, ExactCount, FlywheelState, RatedModel, RoundRow, load_state, state_path
 from ..records import Battle, Prompt, Rating
 from ..store import Store
 from .browser import BrowserData, build_browser, json_for_html
@@ -481,6 +481,8 @@ def _flywheel_html(root: Path) -> str:
             [[str(x.round), _e(x.model), _num(x.rating), _ci(x.ci_low, x.ci_high), str(x.sft_examples),
               str(x.dpo_pairs), str(x.rm_pairs), _num(x.train_loss, 4), _e(", ".join(x.stages))] for x in last.rounds],
             left=2))
+    if last is not None:
+        out.append(_flywheel_evidence(state))
     if len(evals) >= 2:
         series: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for k, ev in enumerate(evals):
@@ -518,6 +520,60 @@ def _flywheel_html(root: Path) -> str:
         out.append(line_chart(series_l, x_label="step", y_label="loss", label="training losses"))
     if not out:
         return ""
+    return "".join(out)
+
+
+def _delta_html(d: Delta | None) -> str:
+    if d is None:
+        return "-"
+    ci = "" if d.ci_low is None or d.ci_high is None else f" [{d.ci_low:+.0f}, {d.ci_high:+.0f}]"
+    return f"{d.rating:+.1f}{ci}"
+
+
+def _exact_html(e: ExactCount | None) -> str:
+    if e is None:
+        return "-"
+    return f"{e.n}/{e.of}" + ("" if e.gained is None else f" (+{e.gained} &minus;{e.lost})")
+
+
+def _flywheel_evidence(state: FlywheelState) -> str:
+    """Return the paired deltas, exact answers per category and the verbosity watch of the last run ('' if none)."""
+    last = state.last_report
+    if last is None:
+        return ""
+    out: list[str] = []
+    compared: list[tuple[str, Any]] = [(f"round {r.round}", r) for r in last.rounds]
+    ends = {r.model for r in last.rounds}  # a round's last stage is that round's row already
+    compared += [(s.key, s) for s in state.stages.values() if s.status == "done" and s.model not in ends]
+    if any(x.delta_prev or x.delta_base or x.delta_best_ref for _, x in compared):
+        out.append('<h3>Paired deltas</h3><p class="note">Each stage\'s and round\'s rating minus the model\'s it '
+                   "started from, the base's and the best reference's, with the 95% CI of the difference over the "
+                   "bootstrap rounds (each resamples the test prompts once and rates every model on it); P: share "
+                   "of rounds rating the model above the one before. Exact: right answers (checker score 10), "
+                   "gained and lost against the model before.</p>")
+        out.append(_table(
+            ["", "model", "vs model before", "P", "vs base", "vs best reference", "exact"],
+            [[_e(label), _e(x.model), _delta_html(x.delta_prev),
+              _num(x.delta_prev.p_better if x.delta_prev else None, 2), _delta_html(x.delta_base),
+              _delta_html(x.delta_best_ref), _exact_html(x.exact)] for label, x in compared], left=2))
+    heads: list[tuple[str, Any]] = [("start", last.base)] if last.base is not None and last.base.exact else []
+    heads += [(f"round {r.round}", r) for r in last.rounds]
+    cats = sorted({c for _, x in heads if x.exact for c in x.exact.per_category})
+    if cats:
+        out.append('<p class="note">Exact answers per category (gained and lost against the round before).</p>')
+        out.append(_table(["category", *[n for n, _ in heads]],
+                          [[_e(c), *[_exact_html(x.exact.per_category.get(c) if x.exact else None)
+                                     for _, x in heads]] for c in cats]))
+    watched: list[tuple[str, Any]] = [("start", last.base)] if last.base is not None else []
+    watched += [(f"round {r.round}", r) for r in last.rounds] + [("reference", x) for x in last.references]
+    if any(x.mean_chars is not None for _, x in watched):
+        out.append('<h3>Verbosity watch</h3><p class="note">Mean answer length on the test set, and the rating '
+                   "with answer style (length, markdown) controlled beside the plain one: a rating that rises only "
+                   "without style control is bought with length.</p>")
+        out.append(_table(["", "model", "chars", "tokens", "rating", "style-controlled", "95% CI"],
+                          [[_e(label), _e(x.model), _num(x.mean_chars), _num(x.mean_tokens), _num(x.rating),
+                            _num(x.style_rating), _ci(x.style_ci_low, x.style_ci_high)] for label, x in watched],
+                          left=2))
     return "".join(out)
 
 
