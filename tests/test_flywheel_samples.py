@@ -123,3 +123,26 @@ def test_a_flywheel_with_samples_plans_runs_and_resumes_them_through_the_ledger(
     state = load_state(state_path(tmp_path / "ws"))
     rec = next(iter(state.stages.values()))
     assert set(rec.by_model) <= {"ref-2shot", "student-base-sample0", "student-base-sample1"}
+
+
+def test_the_flywheels_evidence_names_a_model_that_follows_a_shortcut():
+    from arena_learning.flywheel.evidence import gather
+    from arena_learning.rating.bt import RateOptions
+    from arena_learning.tasks import check
+    from arena_learning.tasks.shortcuts import POLICIES
+
+    prompts = generate_tasks(48, suite=2)
+    said = {"right": {p.id: p.reference[0] for p in prompts},
+            "pos": {p.id: (POLICIES["second number"](p.turns[0]) if p.category == "comparison" else p.reference[0])
+                    for p in prompts}}
+    answers = [Answer(prompt_id=pid, model=m, turns=[t]) for m, by in said.items() for pid, t in by.items()]
+    battles = []
+    for p in prompts:
+        a, b = (check(p, [said[m][p.id]]) for m in ("right", "pos"))
+        battles.append(Battle(prompt_id=p.id, model_a="right", model_b="pos", score_a=a, score_b=b,
+                              score_gap=abs(a - b), judge="verifier",
+                              outcome="tie" if a == b else "model_a" if a > b else "model_b"))
+    ev = gather(battles, answers, prompts, RateOptions(bootstrap=0))
+    assert ev.measured("right")["shortcuts"] == []
+    assert [s.split(" (")[0] for s in ev.measured("pos")["shortcuts"]] == ["comparison: second number",
+                                                                          "comparison: last number"]

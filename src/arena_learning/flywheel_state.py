@@ -101,6 +101,8 @@ class Measured(Record):
                                        "controlled, beside the plain one")
     style_ci_low: float | None = None
     style_ci_high: float | None = None
+    shortcuts: list[str] | None = Field(None, description="categories where the model's answers follow a surface "
+                                        "rule (tasks.shortcuts): what it gets right there, the rule gets right too")
 
     def dump(self) -> dict[str, Any]:
         """Return ``model_dump()`` with the record's own fields first and these measurements after them."""

@@ -180,6 +180,9 @@ def print_evidence(report: FlywheelReport) -> None:
             t.add_row(label, escape(w.model), _fmt(w.mean_chars), _fmt(w.mean_tokens), _fmt(w.rating),
                       _fmt(w.style_rating), sci)
         wide.print(t)
+    for label, w in watched:
+        for line in w.shortcuts or []:
+            wide.print(f"[yellow]shortcut[/yellow] {label} {escape(w.model)}: {escape(line)}")
 
 
 @user_errors

@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ArenaError
 from ..flywheel_state import Delta, ExactAnswers, ExactCount
@@ -21,6 +22,7 @@ from ..rating.counts import BattleTable
 from ..rating.paired import exact_answers, exact_count, paired_delta
 from ..rating.style import style_control, style_features
 from ..records import Answer, Battle, Prompt, Rating
+from ..tasks.shortcuts import follows_shortcut
 
 
 def _r2(x: float | None) -> float | None:
@@ -38,6 +40,7 @@ class Evidence:
     tokens: dict[str, float | None] = field(default_factory=dict)
     style: dict[str, Rating] = field(default_factory=dict)
     style_note: str = ""
+    shortcuts: dict[str, list[str]] = field(default_factory=dict)
 
     def delta(self, model: str, other: str | None) -> Delta | None:
         """Return ``model`` minus ``other`` (paired), or None when either is not rated or they are one model."""
@@ -58,10 +61,11 @@ class Evidence:
                             per_category={c: ExactCount(n=x.n, of=x.of, gained=x.gained, lost=x.lost)
                                           for c, x in e.per_category.items()})
 
-    def measured(self, model: str) -> dict[str, float | None]:
-        """Return the verbosity fields of ``Measured`` for ``model``."""
+    def measured(self, model: str) -> dict[str, Any]:
+        """Return the verbosity and shortcut fields of ``Measured`` for ``model``."""
         s = self.style.get(model)
-        return {"mean_chars": _r2(self.chars.get(model)), "mean_tokens": _r2(self.tokens.get(model)),
+        return {"shortcuts": self.shortcuts.get(model) if self.correct.get(model) else None,
+                "mean_chars": _r2(self.chars.get(model)), "mean_tokens": _r2(self.tokens.get(model)),
                 "style_rating": None if s is None else round(s.rating, 2),
                 "style_ci_low": None if s is None else _r2(s.ci_low),
                 "style_ci_high": None if s is None else _r2(s.ci_high)}
@@ -84,6 +88,11 @@ def gather(battles: Sequence[Battle], answers: Sequence[Answer], prompts: Sequen
     ev = Evidence(fit=fit, correct=exact_answers(prompts, mine), categories={p.id: p.category for p in prompts},
                   chars={m: sum(v) / len(v) for m, v in chars.items()},
                   tokens={m: (sum(v) / len(v) if any(v) else None) for m, v in tokens.items()})
+    checked = [p for p in prompts if p.checker is not None and p.reference]
+    for model in {a.model for a in mine}:
+        firsts = {a.prompt_id: a.turns[0] for a in mine if a.model == model and a.turns}
+        ev.shortcuts[model] = [f"{s.category}: {s.policy} (agrees on {s.agreement:.0%}, exact {s.exact:.0%}, the "
+                               f"rule's {s.policy_exact:.0%})" for s in follows_shortcut(checked, firsts)]
     text = {(a.prompt_id, a.model): "\n\n".join(a.turns) for a in mine}
     try:
         with warnings.catch_warnings():
