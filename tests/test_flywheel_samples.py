@@ -151,3 +151,22 @@ def test_the_flywheels_evidence_names_a_model_that_follows_a_shortcut():
     assert ev.measured("right")["shortcuts"] == []
     assert [s.split(" (")[0] for s in ev.measured("pos")["shortcuts"]] == ["comparison: second number",
                                                                           "comparison: last number"]
+
+
+def test_the_report_and_the_terminal_show_the_shortcuts_a_model_follows(capsys):
+    from arena_learning.cli.flywheel import print_evidence
+    from arena_learning.flywheel.rounds import FlywheelReport
+    from arena_learning.flywheel_state import FlywheelState, RatedModel, RoundRow, RoundTable
+    from arena_learning.report.html import _flywheel_evidence
+
+    line = "comparison: second number (agrees on 100%, exact 50%, the rule's 50%)"
+    row = RoundRow(round=0, model="student-r0-<sft>", rating=1000.0, mean_chars=3.0, shortcuts=[line])
+    base = RatedModel(model="student-base", rating=990.0, mean_chars=4.0, shortcuts=[])
+    html = _flywheel_evidence(FlywheelState(last_report=RoundTable(rounds=[row], base=base)))
+    assert "<h3>Shortcuts</h3>" in html and "student-r0-&lt;sft&gt;" in html and "comparison: second number" in html
+    print_evidence(FlywheelReport(rounds=[row], base=base))
+    out = capsys.readouterr().out
+    assert "shortcut round 0 student-r0-<sft>: comparison: second number" in " ".join(out.split())
+    clean = _flywheel_evidence(FlywheelState(last_report=RoundTable(rounds=[row.model_copy(update={"shortcuts": []})],
+                                                                    base=base)))
+    assert "Shortcuts" not in clean

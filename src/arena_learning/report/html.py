@@ -574,6 +574,12 @@ def _flywheel_evidence(state: FlywheelState) -> str:
                           [[_e(label), _e(x.model), _num(x.mean_chars), _num(x.mean_tokens), _num(x.rating),
                             _num(x.style_rating), _ci(x.style_ci_low, x.style_ci_high)] for label, x in watched],
                           left=2))
+    followed = [(label, x.model, line) for label, x in watched for line in (x.shortcuts or [])]
+    if followed:
+        out.append('<h3>Shortcuts</h3><p class="note">Categories where a model\'s answers follow a surface rule '
+                   "(the first or second number, yes, no, a sort direction...): what it gets right there, the rule "
+                   "gets right too.</p>")
+        out.append(_table(["", "model", "category: rule"], [[_e(a), _e(b), _e(c)] for a, b, c in followed], left=3))
     return "".join(out)
 
 
