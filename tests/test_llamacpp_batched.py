@@ -124,7 +124,7 @@ def test_a_seeded_sample_repeats_whatever_is_decoded_beside_it():
     sampled = Request(prompt="Write a word:", params={"temperature": 1.0, "seed": 5})
     alone = engine.complete_sync(sampled).text
     greedy = [Request(prompt=f"Name {i} things:") for i in range(6)]
-    assert not engine.repeatable(sampled) and engine.repeatable(greedy[0])
+    assert engine.repeatable(sampled) and engine.repeatable(greedy[0])   # what this test shows
 
     async def go():
         return await asyncio.gather(*(engine.complete(r) for r in [*greedy[:3], sampled, *greedy[3:]]))

@@ -72,7 +72,7 @@ def test_a_seeded_sample_repeats_whatever_the_cache_holds():
         assert ask(engine, prompts[0], temperature=1.0, seed=seed).text == first  # cache = this very prompt
 
 
-def test_an_empty_greedy_answer_is_the_models_answer_and_a_sampled_one_a_failure(tmp_path):
+def test_an_empty_greedy_or_seeded_answer_is_the_models_answer_and_an_unseeded_one_a_failure(tmp_path):
     from arena_learning.engines.calls import CallStats, run_requests
     from arena_learning.store import Store
 
@@ -82,14 +82,16 @@ def test_an_empty_greedy_answer_is_the_models_answer_and_a_sampled_one_a_failure
     engine = build_engine(spec)
     greedy = Request(messages=[{"role": "user", "content": "What is the capital of France?"}],
                      params={"temperature": 0.0})
+    seeded = Request(messages=[{"role": "user", "content": "What is the capital of France?"}],
+                     params={"temperature": 0.7, "seed": 3})
     sampled = Request(messages=[{"role": "user", "content": "What is the capital of France?"}],
-                      params={"temperature": 0.7, "seed": 3})
-    assert engine.repeatable(greedy) and not engine.repeatable(sampled)
+                      params={"temperature": 0.7, "seed": None})
+    assert engine.repeatable(greedy) and engine.repeatable(seeded) and not engine.repeatable(sampled)
     with Store(tmp_path / "ws") as store:
         stats = CallStats()
         got = run_requests(store, engine, [greedy, sampled], stats=stats, show_progress=False)
         assert got[0] is not None and got[0].text == ""  # kept: asking again can only repeat it
-        assert got[1] is None  # failed: a new sample may say something
+        assert got[1] is None  # failed: an unseeded sample may say something next time
         assert (stats.ok, stats.failed, stats.empty) == (1, 1, 2)
         assert store.call_counts() == {"ok": 1, "error": 1}
         again = CallStats()

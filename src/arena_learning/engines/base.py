@@ -86,12 +86,15 @@ class Engine(abc.ABC):
         return 2 * self.concurrency
 
     def repeatable(self, request: Request) -> bool:
-        """Whether asking again can only give the same completion: an in-process model decoding greedily.
+        """Whether asking again can only give the same completion: an in-process model, greedy or seeded.
 
         An endpoint can answer differently at any temperature (a glitch, a restarted server), so
-        only in-process engines at temperature 0 are repeatable.
+        only in-process engines are repeatable: at temperature 0, or sampling with a seed (the
+        engines seed each sampled request alone, so a seeded sample repeats whatever runs beside
+        it; the flywheel's own samples, ``harvest.samples``, rely on it).
         """
-        return self.in_process and float({**self.default_params(), **request.params}.get("temperature", 1.0)) == 0.0
+        params = {**self.default_params(), **request.params}
+        return self.in_process and (float(params.get("temperature", 1.0)) == 0.0 or params.get("seed") is not None)
 
     def default_params(self) -> dict[str, Any]:
         """Return the spec's sampling params, which a request's own params override."""

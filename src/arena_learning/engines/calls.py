@@ -15,7 +15,7 @@ What counts as a success is decided here, for every engine:
   an answer. A ledger row that an older version stored as a success with empty
   text is demoted to an error and asked again. The exception is a request that
   asking again can only repeat (``Engine.repeatable``: an in-process model
-  decoding greedily): its empty text is the model's real answer (the bundled
+  decoding greedily or sampling with a seed): its empty text is the model's real answer (the bundled
   base model answers some prompts with nothing, every time). Failing it would
   drop exactly the model's worst prompts from the arena and flatter its
   rating, and ask again on every run; it is kept, and counted in ``empty``;

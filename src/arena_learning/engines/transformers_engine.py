@@ -333,7 +333,8 @@ class TransformersEngine(BatchedEngine):
             "pad_token_id": tok.pad_token_id,
         }
         if params["temperature"] > 0:
-            torch.manual_seed(int(params["seed"]))
+            if params["seed"] is not None:  # unseeded: whatever the generator's state gives (not repeatable)
+                torch.manual_seed(int(params["seed"]))
             gen.update(do_sample=True, temperature=params["temperature"], top_p=params["top_p"])
         else:
             gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
