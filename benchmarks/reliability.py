@@ -138,7 +138,8 @@ def write_config(folder: Path, url: str, prompts: int) -> Path:
             fh.write(json.dumps({"question_id": f"q{i}", "turns": [turn]}) + "\n")
     models = "\n".join(
         f"  - {{name: c{k}, engine: openai, model: m, base_url: '{url}', concurrency: 16, timeout_s: 2, "
-        f"max_retries: 6, params: {{max_tokens: {16 + k}, temperature: 0.0}}}}" for k in range(3))
+        f"max_retries: 6, empty_replies: fail, params: {{max_tokens: {16 + k}, temperature: 0.0}}}}"  # a flaky endpoint
+        for k in range(3))
     cfg = folder / "run.yaml"
     cfg.write_text(f"""name: reliability
 prompts: {{path: {data}}}

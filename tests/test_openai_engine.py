@@ -192,19 +192,62 @@ def test_latency_runs_from_the_send_not_from_the_wait_for_a_slot(tmp_path, scrip
     assert sorted(recorded) == sorted(c.latency_s for c in out)
 
 
+@pytest.fixture
+def quick_backoff(monkeypatch):
+    from arena_learning.engines import calls
+
+    monkeypatch.setattr(calls, "EMPTY_BACKOFF_S", 0.01)
+
+
 @pytest.mark.parametrize("content", [None, "", "  \n"])
-def test_an_empty_completion_is_a_failure_recorded_and_retried_next_run(tmp_path, scripted_server, content):
+def test_an_empty_reply_is_asked_again_within_the_run(tmp_path, scripted_server, quick_backoff, content):
     srv = scripted_server(replies((content, "stop"), ("an answer", "stop")))
     with Store(tmp_path) as store:
         stats = CallStats()
         out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
+                           show_progress=False)
+        assert out[0].text == "an answer" and (stats.sent, stats.ok, stats.failed, stats.empty) == (1, 1, 0, 0)
+        ((status, error, _, attempts, _),) = ledger_rows(store)
+        assert (status, error, attempts) == ("ok", None, 1) and srv.requests == 2
+
+
+def test_a_reply_that_stays_empty_is_the_models_answer_and_is_not_asked_again(tmp_path, scripted_server,
+                                                                               quick_backoff):
+    from arena_learning.engines.calls import KEPT_EMPTY
+
+    srv = scripted_server(replies(("", "stop")))
+    with Store(tmp_path) as store:
+        stats = CallStats()
+        out = run_requests(store, build_engine(openai_spec(srv.url, empty_retries=2)), [chat("x")], stats=stats,
+                           show_progress=False)
+        assert out[0] is not None and out[0].text == "" and (stats.ok, stats.failed, stats.empty) == (1, 0, 1)
+        assert srv.requests == 3                                         # the first try and 2 retries
+        ((status, error, _, _, _),) = ledger_rows(store)
+        assert status == "ok" and error.startswith(KEPT_EMPTY) and "after 3 tries" in error
+        again = CallStats()
+        out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=again, show_progress=False)
+        assert out[0].text == "" and (again.cached, again.sent, again.empty) == (1, 0, 1) and srv.requests == 3
+        # a model that now fails empty replies asks again what an earlier run kept
+        out = run_requests(store, build_engine(openai_spec(srv.url, empty_replies="fail", empty_retries=0)),
+                           [chat("x")], show_progress=False)
+        assert out == [None] and srv.requests == 4
+
+
+@pytest.mark.parametrize("content", [None, "", "  \n"])
+def test_with_empty_replies_fail_an_empty_completion_is_a_failure_retried_next_run(tmp_path, scripted_server,
+                                                                                    content):
+    srv = scripted_server(replies((content, "stop"), ("an answer", "stop")))
+    flaky = {"empty_replies": "fail", "empty_retries": 0}
+    with Store(tmp_path) as store:
+        stats = CallStats()
+        out = run_requests(store, build_engine(openai_spec(srv.url, **flaky)), [chat("x")], stats=stats,
                            show_progress=False)
         assert out == [None] and (stats.failed, stats.empty, stats.ok) == (1, 1, 0)
         ((status, error, response, _, _),) = ledger_rows(store)
         assert status == "error" and "empty completion" in error and response is None
         # Never used as an answer: the next run asks again and keeps the real answer.
         stats = CallStats()
-        out = run_requests(store, build_engine(openai_spec(srv.url)), [chat("x")], stats=stats,
+        out = run_requests(store, build_engine(openai_spec(srv.url, **flaky)), [chat("x")], stats=stats,
                            show_progress=False)
         assert out[0].text == "an answer" and (stats.sent, stats.ok, stats.cached) == (1, 1, 0)
         ((status, error, _, attempts, _),) = ledger_rows(store)

@@ -198,6 +198,14 @@ class ModelSpec(Section):
                           "together in one context (continuous batching, like llama.cpp server's --parallel); 1: one "
                           "at a time. Batched rows go through other kernels, so near-tie greedy answers can differ "
                           "from one-at-a-time ones (README: Batched decoding in llama.cpp)")
+    # empty replies, any engine (exclude=True as parallel: how failures are handled, not what the model answers)
+    empty_retries: int = Field(2, ge=0, le=10, exclude=True, description="an empty reply that asking again could "
+                               "change (an endpoint, an unseeded sample) is asked again this many times within the "
+                               "run, with backoff (0.5 s, then doubling), before empty_replies decides")
+    empty_replies: Literal["answer", "fail"] = Field(
+        "answer", exclude=True, description="a reply still empty after empty_retries: 'answer' (the model's "
+        "answer: judged, it loses, counted under empty in the run summary, as an in-process model's empty answer "
+        "is), or 'fail' (a failed call, retried on the next run: for an endpoint known to drop replies)")
     # transformers
     batch_size: int = Field(16, ge=1, description="transformers: prompts generated together in one batch")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="transformers: weights' dtype")

@@ -10,15 +10,18 @@ on the next run; they come back as ``None``, never as an answer.
 
 What counts as a success is decided here, for every engine:
 
-- an empty completion (no text, or only whitespace; e.g. ``content: null``)
-  is a failure: recorded as an error, retried on the next run, never used as
-  an answer. A ledger row that an older version stored as a success with empty
-  text is demoted to an error and asked again. The exception is a request that
-  asking again can only repeat (``Engine.repeatable``: an in-process model
-  decoding greedily or sampling with a seed): its empty text is the model's real answer (the bundled
-  base model answers some prompts with nothing, every time). Failing it would
-  drop exactly the model's worst prompts from the arena and flatter its
-  rating, and ask again on every run; it is kept, and counted in ``empty``;
+- an empty completion (no text, or only whitespace; e.g. ``content: null``) is
+  the model's answer, judged like any other (it loses), and counted in ``empty``.
+  Failing it would drop exactly the model's worst prompts from the arena and
+  flatter its rating (the bundled base model answers some prompts with nothing,
+  every time, in process or behind `arena serve`). A request that asking again
+  could change (``Engine.repeatable`` is false: an endpoint, an unseeded
+  sample) is first asked again within the run, ``spec.empty_retries`` times
+  with backoff (a transient fault); one still empty is kept (its ledger row is
+  a success whose ``error`` notes it was kept) unless ``spec.empty_replies`` is
+  ``fail``: then it is a failed call, retried on the next run (an endpoint
+  known to drop replies). A ledger row that an older version stored as a
+  success with empty text and no such note is asked again;
 - a completion cut off at ``max_tokens`` (``finish_reason == "length"``) is
   kept, and counted (``CallStats.truncated``); the ledger's response keeps its
   finish_reason, so a rerun counts it again;
@@ -98,6 +101,13 @@ def request_key(engine: Engine, request: Request) -> str:
     return call_key(engine.kind, engine.model_id, engine.key_params(request), request.payload())
 
 
+EMPTY_BACKOFF_S = 0.5
+"""The first wait before asking an empty reply again within the run (then doubling)."""
+
+KEPT_EMPTY = "empty reply kept as the model's answer"
+"""The note in a success row's ``error`` that marks an empty reply kept after its retries."""
+
+
 FLUSH_DELAY_S = 0.02
 """How long a finished call may wait for others to share its commit (what a killed process can lose)."""
 
@@ -154,8 +164,10 @@ async def arun_requests(
         if rec is not None and rec.status == "ok" and rec.response is not None:
             comp = split_reasoning(Completion.model_validate(rec.response))
             if is_empty(comp):
-                if not engine.repeatable(req):
-                    # Stored as a success by a version that let empty text through: ask again.
+                kept = (rec.error or "").startswith(KEPT_EMPTY) and engine.spec.empty_replies == "answer"
+                if not engine.repeatable(req) and not kept:
+                    # Stored as a success by a version that let empty text through, or kept by a run whose
+                    # model now fails empty replies: ask again.
                     demote.append((empty_error(comp), key))
                     todo[key] = (req, params)
                     continue
@@ -184,12 +196,23 @@ async def arun_requests(
                 "request": {"params": params, **req.payload()},
             }
             stats.sent += 1
+            note = None
             try:
                 comp = split_reasoning(await engine.complete(req))
+                if is_empty(comp) and not engine.repeatable(req):
+                    for attempt in range(engine.spec.empty_retries):
+                        await asyncio.sleep(EMPTY_BACKOFF_S * 2**attempt)
+                        comp = split_reasoning(await engine.complete(req))
+                        if not is_empty(comp):
+                            break
+                    if is_empty(comp):
+                        if engine.spec.empty_replies == "fail":
+                            stats.empty += 1
+                            raise CallFailed(empty_error(comp))
+                        note = (f"{KEPT_EMPTY} after {1 + engine.spec.empty_retries} tries; "
+                                f"{empty_error(comp).removesuffix('; retried on the next run')}")
                 if is_empty(comp):
                     stats.empty += 1
-                    if not engine.repeatable(req):
-                        raise CallFailed(empty_error(comp))
             except CallFailed as err:
                 results[key] = None
                 stats.failed += 1
@@ -207,6 +230,7 @@ async def arun_requests(
                     {
                         **row,
                         "status": "ok",
+                        "error": note,
                         "response": comp.model_dump(),
                         "tokens_in": comp.tokens_in,
                         "tokens_out": comp.tokens_out,

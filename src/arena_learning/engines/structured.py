@@ -268,6 +268,10 @@ class StructuredRater(Generic[T]):
         what: str = "rating",
         stats: RatingStats | None = None,
     ):
+        # A rating must be parsed from the reply: an empty one is a failed call, retried on the next run, never a
+        # contestant's kept answer (engines.calls); the ledger keys do not depend on it.
+        if engine.spec.empty_replies != "fail":
+            engine.spec = engine.spec.model_copy(update={"empty_replies": "fail", "empty_retries": 0})
         self.engine = engine
         self.parse = parse
         self.params = dict(params or {})
