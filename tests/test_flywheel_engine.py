@@ -68,6 +68,21 @@ def test_batched_and_single_greedy_answers_agree(tiny_folder):
     assert all(c.tokens_in > 0 and c.finish_reason in ("stop", "length") for c in batch)
 
 
+def test_seeded_samples_batch_and_repeat_whatever_runs_beside_them(tiny_folder):
+    engine = build_engine(spec(tiny_folder, params={"max_tokens": 6}))
+    reqs = [Request(messages=r.messages, params={"temperature": 1.0, "seed": 7}) for r in requests(4)]
+    other = [Request(messages=r.messages, params={"temperature": 1.0, "seed": 8}) for r in requests(4)]
+    assert engine._batch_limit(reqs[0]) == engine.spec.batch_size          # sampled requests batch too
+    assert engine._group(reqs[0]) == engine._group(other[0])               # whatever their seeds
+    batch = [c.text for c in engine.generate_batch(reqs)]
+    single = [engine.generate_batch([r])[0].text for r in reqs]
+    mixed = engine.generate_batch([other[0], reqs[2], other[1], reqs[0]])
+    assert batch == single and [mixed[3].text, mixed[1].text] == [batch[0], batch[2]]
+    assert [c.text for c in engine.generate_batch(other)] != batch              # another seed, other samples
+    greedy = [c.text for c in engine.generate_batch(requests(4))]
+    assert greedy != batch                                                    # and they are samples
+
+
 def test_completion_mode_and_raw_prompts(tiny_folder):
     engine = build_engine(spec(tiny_folder, mode="completion", params={"max_tokens": 4, "stop": ["\n"]}))
     text, stops, _ = engine.render(requests(1)[0], None)

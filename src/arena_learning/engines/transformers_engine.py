@@ -13,8 +13,10 @@ model and never gets the old model's answers.
 Requests are batched: ``complete`` queues a request; one drain task on the event loop takes up to
 ``spec.batch_size`` queued requests with the same sampling params and runs them as one left-padded
 ``generate`` in a worker thread. ``in_flight`` is twice the batch size, so the next batch is queued
-while one computes. Greedy requests batch; sampled ones (temperature > 0) run one at a time with
-their seed, so a sample repeats whatever ran beside it.
+while one computes. Greedy and sampled requests batch alike: a sampled row draws its tokens from its
+own generator, seeded by its request's seed and its prompt (``RowSampler``), so its draws do not
+depend on the rows beside it (only the last bits of its logits can: a draw within rounding of a
+boundary may differ once in a long while, as for greedy batches).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import shutil
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -259,12 +262,12 @@ class TransformersEngine(BatchedEngine):
 
     def _group(self, request: Request) -> str:
         p = self._params(request)
-        keep = {k: p.get(k) for k in ("max_tokens", "temperature", "top_p", "seed", "stop")}
+        keep = {k: p.get(k) for k in ("max_tokens", "temperature", "top_p", "stop")}  # seeds are per row
         keep["raw"] = request.prompt is not None
         return json.dumps(keep, sort_keys=True, default=str)
 
     def _batch_limit(self, request: Request) -> int:
-        return 1 if self._params(request)["temperature"] > 0 else self.spec.batch_size
+        return self.spec.batch_size
 
     def render(self, request: Request, tokenizer: Any) -> tuple[str, list[str], bool]:
         """Return (text to continue, stop strings, whether the tokenizer adds special tokens)."""
@@ -332,12 +335,14 @@ class TransformersEngine(BatchedEngine):
             "max_new_tokens": params["max_tokens"],
             "pad_token_id": tok.pad_token_id,
         }
+        gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if params["temperature"] > 0:
-            if params["seed"] is not None:  # unseeded: whatever the generator's state gives (not repeatable)
-                torch.manual_seed(int(params["seed"]))
-            gen.update(do_sample=True, temperature=params["temperature"], top_p=params["top_p"])
-        else:
-            gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            from transformers import LogitsProcessorList
+
+            seeds = [self._params(requests[i]).get("seed") for i in idx]
+            gen["logits_processor"] = LogitsProcessorList([RowSampler(
+                [row_seed(s, t) for s, t in zip(seeds, texts)], float(params["temperature"]),
+                float(params.get("top_p") or 1.0))])
         if all_stops:
             gen.update(stop_strings=all_stops, tokenizer=tok)
         try:
@@ -372,6 +377,52 @@ class TransformersEngine(BatchedEngine):
                 finish_reason="stop" if ended or n_tokens < params["max_tokens"] else "length",
             )
         return out  # type: ignore[return-value]  # every slot is filled by now (a completion or an error)
+
+
+def row_seed(seed: int | None, prompt: str) -> int | None:
+    """Return the seed of one sampled row: its request's seed and its prompt's text (None: unseeded)."""
+    if seed is None:
+        return None
+    return (int(seed) * 1_000_003 + zlib.crc32(prompt.encode("utf-8"))) % 2**63
+
+
+class RowSampler:
+    """A logits processor that samples each row with its own generator and leaves greedy search that token.
+
+    ``generate(do_sample=True)`` draws every row from one global generator, so a row's sample
+    depends on the rows beside it and on their order; here row i draws from ``torch.Generator``
+    seeded ``seeds[i]`` (at temperature ``temperature``, nucleus ``top_p``), and its scores become
+    0 for the drawn token and -inf elsewhere, which greedy decoding then takes.
+    """
+
+    def __init__(self, seeds: list[int | None], temperature: float, top_p: float = 1.0):
+        import torch
+
+        self.generators = []
+        for s in seeds:
+            g = torch.Generator()
+            if s is None:
+                g.seed()
+            else:
+                g.manual_seed(s)
+            self.generators.append(g)
+        self.temperature = temperature
+        self.top_p = top_p
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            ranked, order = probs.sort(dim=-1, descending=True)
+            drop = ranked.cumsum(dim=-1) - ranked > self.top_p  # keep the smallest set reaching top_p
+            ranked = ranked.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, ranked)
+        out = torch.full_like(scores, float("-inf"))
+        for i, g in enumerate(self.generators):
+            token = torch.multinomial(probs[i], 1, generator=g)
+            out[i, token] = 0.0
+        return out
 
 
 def request_strips(spec: ModelSpec, request: Request) -> bool:
