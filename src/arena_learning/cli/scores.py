@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ArenaError
@@ -50,7 +51,8 @@ def register(app: typer.Typer) -> None:
 def scores_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory of a run.")],
     judge: Annotated[str | None, typer.Option(
-        help="Judge whose grades to use (default: the run's judge; a panel member by name).")] = None,
+        help="Judge whose grades to use (default: the run's judge, or the workspace's only judge; a panel member "
+             "by name).")] = None,
     bootstrap: Annotated[int, typer.Option(
         "--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CI (0: none).")] = 1000,
     json_out: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
@@ -61,13 +63,15 @@ def scores_command(
     with Store(workspace, readonly=True) as store:
         # judgments imported with `arena import-judgments` need no run config, only --judge
         cfg = load_saved_config(store) if store.get_meta("config") is not None else None
+        if cfg is None and judge is None and len(store.judgment_judges()) == 1:
+            judge = store.judgment_judges()[0]  # imported judgments of one judge: nothing to choose
         name, rows = stage_scores(cfg, store, judge, bootstrap=bootstrap, seed=cfg.ratings.seed if cfg else 0)
     if json_out:
         sys.stdout.write(json.dumps({"judge": name, "models": [r.as_dict() for r in rows]}, indent=2) + "\n")
         return
     turns = sorted({t for r in rows for t in r.turns})
     cats = sorted({c for r in rows for c in r.categories})
-    table = Table(title=f"scores by {name} (mean grade; n = graded turns)", title_justify="left", box=box.SIMPLE_HEAD,
+    table = Table(title=escape(f"scores by {name} (mean grade; n = graded turns)"), title_justify="left", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False)
     table.add_column("model", no_wrap=True)
     for col in ("mean", "95% CI", *(f"turn {t}" for t in turns), "graded", "failed"):
@@ -75,23 +79,23 @@ def scores_command(
     for r in rows:
         ci = f"{r.ci_low:.2f}..{r.ci_high:.2f}" if r.ci_low is not None and r.ci_high is not None else "-"
         cells = [f"{fmt(r.turns[t].mean, 2)} ({r.turns[t].n})" if t in r.turns else "-" for t in turns]
-        table.add_row(r.model, fmt(r.mean, 2), ci, *cells, str(r.graded), str(r.failed))
+        table.add_row(escape(r.model), fmt(r.mean, 2), ci, *cells, str(r.graded), str(r.failed))
     stdout_console().print(table)
     if len(cats) > 1 or (cats and cats != ["-"]):
         by_cat = Table(title="by category (n)", title_justify="left", box=box.SIMPLE_HEAD,
                        padding=(0, 1), pad_edge=False)
         by_cat.add_column("model", no_wrap=True)
         for c in cats:
-            by_cat.add_column(c, justify="right", no_wrap=True)
+            by_cat.add_column(escape(c), justify="right", no_wrap=True)
         for r in rows:
-            by_cat.add_row(r.model, *(f"{fmt(r.categories[c].mean, 2)} ({r.categories[c].n})"
+            by_cat.add_row(escape(r.model), *(f"{fmt(r.categories[c].mean, 2)} ({r.categories[c].n})"
                                       if c in r.categories else "-" for c in cats))
         stdout_console().print(by_cat)
     failed = sum(r.failed for r in rows)
     if failed:
         Console(stderr=True).print(f"[yellow]{failed} answer{'s have' if failed > 1 else ' has'} no grade: "
-                                   "the judgments failed (kept with the "
-                                   "judge's raw text; `arena battle` with more `judge.retries` asks again)",
+                                   "their gradings failed (kept with the judge's raw text; in a run, `arena "
+                                   "battle` with more `judge.retries` asks again)",
                                    highlight=False, soft_wrap=True)
 
 

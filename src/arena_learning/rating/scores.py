@@ -57,8 +57,10 @@ def graded_answers(judgments: Sequence[Judgment], turn_of: Callable[[str], tuple
 
     ``turn_of`` maps a judgment's prompt id to (prompt id, its first turn), for judgments made
     turn by turn under ids of their own (FastChat's second turn imported as ``81#turn2``).
-    A failed single-grading judgment does not say which of its two answers failed, so an answer
-    counts as failed only when no judgment that succeeded carries its grade. Grades of one answer
+    A failed single-grading judgment of a run does not say which of its two answers failed, so an
+    answer counts as failed only when no judgment carries its grade; a failed judgment that does
+    carry one side's grades (an imported FastChat grading of -1 beside the other model's grade)
+    gives that side's grades. Grades of one answer
     that differ between its pairs mean a pairwise judge: an ArenaError.
     """
     grades: dict[tuple[str, str], dict[int, float]] = {}
@@ -67,8 +69,8 @@ def graded_answers(judgments: Sequence[Judgment], turn_of: Callable[[str], tuple
         pid, first = turn_of(j.prompt_id) if turn_of is not None else (j.prompt_id, 1)
         pairs = ((j.model_a, j.scores_a), (j.model_b, j.scores_b))
         if j.status != "ok":
-            in_failed.update((pid, m) for m, _ in pairs)
-            continue
+            in_failed.update((pid, m) for m, s in pairs if not s)
+            pairs = tuple((m, s) for m, s in pairs if s)
         for m, s in pairs:
             answer = grades.setdefault((pid, m), {})
             for t, x in enumerate(s, first):
