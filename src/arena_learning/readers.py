@@ -95,9 +95,9 @@ def _iter_jsonl_bytes(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterato
         yield Row(where, value)
 
 
-def _open_bytes(path: Path) -> io.BufferedIOBase:
+def _open_bytes(path: Path) -> gzip.GzipFile | io.BufferedReader:
     """Open ``path`` for reading bytes, through gzip when it is gzipped."""
-    return gzip.open(path, "rb") if _gzipped(path) else open(path, "rb")  # type: ignore[return-value]  # both read bytes
+    return gzip.open(path, "rb") if _gzipped(path) else open(path, "rb")
 
 
 def _read_bytes(path: Path) -> bytes:

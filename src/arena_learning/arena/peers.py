@@ -102,11 +102,12 @@ class JudgmentImport:
 
     def skip_table(self) -> list[tuple[str, int, str]]:
         """Return (reason, count, first file:line) per kind of skip, the most frequent first."""
-        rows: dict[str, list[Any]] = {}
+        counts: dict[str, int] = {}
+        first: dict[str, str] = {}
         for s in self.skips:
-            row = rows.setdefault(s.kind, [s.kind, 0, s.where])
-            row[1] += 1
-        return sorted((tuple(r) for r in rows.values()), key=lambda r: -r[1])  # type: ignore[misc]  # 3-lists
+            counts[s.kind] = counts.get(s.kind, 0) + 1
+            first.setdefault(s.kind, s.where)
+        return sorted(((k, n, first[k]) for k, n in counts.items()), key=lambda r: -r[1])
 
 
 # ---- ids ----------------------------------------------------------------------------------------
@@ -286,9 +287,9 @@ def read_judgments(paths: Sequence[Path], *, baseline: str = ARENA_HARD_BASELINE
                         raise RecordError("score is not a number", f"score {score!r} is not a number")
                     key = (turn_prompt_id(qid, _turn(rec)), judge or judge_name(rec.get("judge")))
                     # -1 (or null) is FastChat's mark of a failed grading: kept as a failure, not a grade
-                    failed = score is None or score == -1
-                    report.failed_grades += failed
-                    grades[key][model] = (None if failed else float(score), str(rec.get("judgment") or ""))
+                    grade = None if score is None or score == -1 else float(score)
+                    report.failed_grades += grade is None
+                    grades[key][model] = (grade, str(rec.get("judgment") or ""))
                 report.formats.add(kind)
             except (ValueError, TypeError, KeyError) as err:
                 report.skips.append(Skip(where, str(err), _skip_kind(err)))

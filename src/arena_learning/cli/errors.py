@@ -63,9 +63,9 @@ def write_report_or_warn(workspace: Path, console: Console) -> None:
     from ..report.html import write_report
 
     try:
-        console.print(f"report: {write_report(workspace)}")
+        console.print(escape(f"report: {write_report(workspace)}"))
     except Exception as err:  # any failure: an optional stage is reported, never fatal
-        console.print(f"[yellow]warning:[/] the HTML report failed "
+        console.print("[yellow]warning:[/] the HTML report failed "
                       + escape(f"({type(err).__name__}: {err}); the results are kept in {workspace}; retry with "
                                f"`arena report {workspace}`"), highlight=False,
                       soft_wrap=True)

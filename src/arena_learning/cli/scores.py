@@ -71,8 +71,8 @@ def scores_command(
         return
     turns = sorted({t for r in rows for t in r.turns})
     cats = sorted({c for r in rows for c in r.categories})
-    table = Table(title=escape(f"scores by {name} (mean grade; n = graded turns)"), title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1), pad_edge=False)
+    table = Table(title=escape(f"scores by {name} (mean grade; n = graded turns)"), title_justify="left",
+                  box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     table.add_column("model", no_wrap=True)
     for col in ("mean", "95% CI", *(f"turn {t}" for t in turns), "graded", "failed"):
         table.add_column(col, justify="right", no_wrap=True)

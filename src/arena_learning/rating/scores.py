@@ -67,7 +67,7 @@ def graded_answers(judgments: Sequence[Judgment], turn_of: Callable[[str], tuple
     in_failed: set[tuple[str, str]] = set()
     for j in judgments:
         pid, first = turn_of(j.prompt_id) if turn_of is not None else (j.prompt_id, 1)
-        pairs = ((j.model_a, j.scores_a), (j.model_b, j.scores_b))
+        pairs: tuple[tuple[str, list[float]], ...] = ((j.model_a, j.scores_a), (j.model_b, j.scores_b))
         if j.status != "ok":
             in_failed.update((pid, m) for m, s in pairs if not s)
             pairs = tuple((m, s) for m, s in pairs if s)
