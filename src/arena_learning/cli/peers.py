@@ -206,14 +206,22 @@ def _judge_battles(workspace: Path, judge: str | None) -> tuple[str, list[Battle
                          "to refresh them") from None
 
 
+def judge_ratings(workspace: Path, judge: str | None) -> tuple[str, list[Rating]]:
+    """Return (judge, the Bradley-Terry leaderboard of its battles), as ``arena leaderboard WS --judge J`` rates them."""
+    from ..rating.bt import RateOptions, leaderboard
+
+    name, battles, r = _judge_battles(workspace, judge)
+    if not battles:
+        raise ArenaError(f"judge {name!r} has no battles in {workspace}: nothing to rate")
+    return name, leaderboard(battles, RateOptions(**r.model_dump()))
+
+
 def judge_board(workspace: Path, judge: str | None, json_out: bool, csv: Path | None = None) -> list[Rating]:
     """Print the Bradley-Terry leaderboard of one judge's battles (imported judgments need no run config)."""
-    from ..rating.bt import RateOptions, leaderboard
     from ..rating.export import ratings_to_json, write_leaderboard_csv
     from .tables import print_leaderboard
 
-    name, battles, r = _judge_battles(workspace, judge)
-    ratings = leaderboard(battles, RateOptions(**r.model_dump()))
+    name, ratings = judge_ratings(workspace, judge)
     if csv is not None:
         write_leaderboard_csv(ratings, csv)
     if json_out:
