@@ -197,7 +197,9 @@ def leaderboard(
              "run")] = None,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
-    if baseline is not None or judge is not None:
+    # no run here, only imported judgments: the board of the only judge (judge_board picks it, or asks for --judge)
+    imported = judge is None and baseline is None and by is None and not style_control and _imported_only(workspace)
+    if baseline is not None or judge is not None or imported:
         from .peers import baseline_board, judge_board
 
         if by is not None or style_control:
@@ -303,6 +305,14 @@ def report(
 
     path = write_report(workspace, out)
     err_console.print(f"report written to {path}")
+
+
+def _imported_only(workspace: Path) -> bool:
+    """Return whether ``workspace`` holds judgments but no run config (only `arena import-judgments` wrote it)."""
+    if not (workspace / Store.FILE).is_file():
+        return False
+    with Store(workspace, readonly=True) as store:
+        return store.get_meta("config") is None and bool(store.judgment_judges())
 
 
 def _style_board(workspace: Path, json_out: bool) -> None:

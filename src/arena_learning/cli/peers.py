@@ -207,7 +207,7 @@ def _judge_battles(workspace: Path, judge: str | None) -> tuple[str, list[Battle
 
 
 def judge_ratings(workspace: Path, judge: str | None) -> tuple[str, list[Rating]]:
-    """Return (judge, the Bradley-Terry leaderboard of its battles), as ``arena leaderboard WS --judge J`` rates them."""
+    """Return (judge, the Bradley-Terry leaderboard of its battles), as ``arena leaderboard WS --judge J`` rates."""
     from ..rating.bt import RateOptions, leaderboard
 
     name, battles, r = _judge_battles(workspace, judge)

@@ -140,7 +140,8 @@ def _from_frame(frame: pd.DataFrame, source: str, explicit: bool, model_col: str
     ci_text = None
     if explicit:
         layout = "columns"
-        model_col = model_col or "model"
+        # AlpacaEval's CSV names its models in an unnamed first column
+        model_col = model_col or ("model" if "model" in cols or not cols[0].startswith("Unnamed: ") else cols[0])
         score_col = score_col or "score"
         lower_col = lower_col or ("lower" if "lower" in cols else None)
         upper_col = upper_col or ("upper" if "upper" in cols else None)
