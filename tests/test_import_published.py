@@ -104,8 +104,9 @@ def test_failed_grades_are_kept_and_scores_counts_them(tmp_path):
     assert "failed" in table and "no grade" in table
     # Exported again, the failed gradings are FastChat's -1; re-imported, the same games.
     with Store(tmp_path / "ws", readonly=True) as store:
-        judgments = store.get_judgments("gpt-4")
-    report = write_fastchat_single(judgments, tmp_path / "out.jsonl")
+        judgments, grades = store.get_judgments("gpt-4"), store.get_grades("gpt-4")
+    assert len(grades) == 9 and sum(g.score is None for g in grades) == 2
+    report = write_fastchat_single(judgments, tmp_path / "out.jsonl", grades=grades)
     out_rows = [json.loads(x) for x in report.files[0].read_text().splitlines()]
     assert sorted((r["question_id"], r["model"], r["turn"], r["score"]) for r in out_rows) == sorted(
         (q, m, t, -1 if s is None else s) for (q, t), by in GRADES.items() for m, s in by.items())
@@ -142,3 +143,49 @@ def test_gzipped_json_and_csv_records(tmp_path):
     (tmp_path / "r.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd")
     with pytest.raises(ReadError, match="zstd -d"):
         list(iter_rows(tmp_path / "r.jsonl.zst"))
+
+
+def test_each_grade_is_stored_once_and_the_pairs_are_derived(tmp_path):
+    import sqlite3
+
+    from arena_learning.arena.battles import combine_games
+    from arena_learning.store import SCHEMA_VERSION
+
+    path = write_jsonl(tmp_path / "gpt-4_single.jsonl", single_rows(GRADES))
+    ws = tmp_path / "ws"
+    cli("import-judgments", path, "-w", ws)
+    db = sqlite3.connect(ws / "arena.db")
+    counts = {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("grades", "judgments", "battles")}
+    db.close()
+    assert counts == {"grades": 9, "judgments": 0, "battles": 0}  # the 9 pair games and 5 battles are not stored
+    with Store(ws, readonly=True) as store:
+        games, battles = store.get_judgments("gpt-4"), store.get_battles("gpt-4")
+        assert store.info()["judges"] == {"gpt-4": 5} and "llama-13b" in store.model_names()
+    # The derived battles are those the games make by the peer's rule (FastChat single: one game, one battle).
+    assert [b.model_dump() for b in battles] == [b.model_dump() for b in combine_games(games, 0.0, mode="mean")]
+    assert len(games) == 9 and sum(g.status == "failed" for g in games) == 4
+    # Exported, every grade comes back with its own text.
+    out = tmp_path / "out.jsonl"
+    cli("export-judgments", ws, "--format", "fastchat-single", "--out", out)
+    assert sorted((r["question_id"], r["model"], r["turn"], r["judgment"]) for r in map(json.loads, out.open())) == \
+        sorted((r["question_id"], r["model"], r["turn"], r["judgment"]) for r in single_rows(GRADES))
+    # A second file adds grades (and replaces those of the same answer).
+    more = write_jsonl(tmp_path / "more.jsonl", single_rows({(83, 1): {"vicuna-13b": 7, "llama-13b": 2},
+                                                            (81, 1): {"llama-13b": 4}}))
+    assert "6 battles in all" in cli("import-judgments", more, "-w", ws)
+    with Store(ws) as store:
+        grades = {(g.prompt_id, g.model): g.score for g in store.get_grades("gpt-4")}
+        assert len(grades) == 11 and grades[("81", "llama-13b")] == 4
+        assert store.forget_model("llama-13b")["grades"] == 4
+        assert all("llama-13b" not in (b.model_a, b.model_b) for b in store.get_battles("gpt-4"))
+    # A workspace of the previous schema (no grades table) reads as it is, and is brought up when written.
+    db = sqlite3.connect(ws / "arena.db")
+    db.execute("DROP TABLE grades")
+    db.execute("PRAGMA user_version=2")
+    db.commit()
+    db.close()
+    with Store(ws, readonly=True) as store:
+        assert store.get_grades() == [] and store.get_battles("gpt-4") == [] and store.judgment_judges() == []
+    with Store(ws) as store:
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert store.get_grades() == []

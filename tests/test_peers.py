@@ -197,7 +197,9 @@ def test_fastchat_single_grades_pair_up_and_round_trip(tmp_path):
         ("81", "a", "b", "model_a", 1, "gpt-4"), ("81", "a", "c", "tie", 1, "gpt-4"),
         ("81", "b", "c", "model_b", 1, "gpt-4"), ("81#turn2", "a", "b", "model_b", 1, "gpt-4"),
         ("82", "a", "b", "tie", 1, "gpt-4")])
-    report = write_fastchat_single(got.judgments, tmp_path / "out_single.jsonl")
+    # Each grade is kept once with its text; the games reference it (no text copied into them).
+    assert len(got.grades) == len(rows) and all(j.raw == "" for j in got.judgments)
+    report = write_fastchat_single(got.judgments, tmp_path / "out_single.jsonl", grades=got.grades)
     out = [json.loads(line) for line in report.files[0].read_text().splitlines()]
     # Every grade once, with its judgment text, the failed one as -1 again (FastChat's show_result.py means by
     # turn come out the same).

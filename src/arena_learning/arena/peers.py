@@ -20,9 +20,11 @@ own tool's rules, so they can be re-rated, audited and set beside another judge'
 - ``fastchat-single`` (``<judge>_single.jsonl``): ``{"question_id", "model", "judge", "user_prompt",
   "judgment", "score", "turn", "tstamp"}``, score 1-10, -1 (or null) a failed grading. Each pair
   of models graded on the same question and turn is one game, the higher score winning and equal
-  scores a tie (how MT-Bench turns single grades into pairwise votes). A failed grading is kept:
-  its games are failed games (no battle, as show_result.py leaves it out) that still carry the
-  other model's grade, so ``arena scores`` counts the failure and keeps the other grade.
+  scores a tie (how MT-Bench turns single grades into pairwise votes). The grades are what is
+  stored (``Grade``, each with its text, once); the pairwise games and battles are derived from
+  them (``store.grade_games``). A failed grading is kept: its games are failed games (no battle,
+  as show_result.py leaves it out) that still carry the other model's grade, so ``arena scores``
+  counts the failure and keeps the other grade.
 
 Skipped records are counted by reason (:meth:`JudgmentImport.skip_table`): the reason, how many,
 the first file:line.
@@ -39,13 +41,13 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArenaError
 from ..readers import bad_bytes, iter_rows
-from ..records import Battle, Judgment
+from ..records import Battle, Grade, Judgment
+from ..store import grade_games
 from .battles import combine_games
 from .judges import verdict
 from .parse import label_scores, normalize_label
@@ -86,7 +88,8 @@ def _skip_kind(err: Exception) -> str:
 class JudgmentImport:
     """What a judgment file held: the games, what was skipped and why, the format."""
 
-    judgments: list[Judgment] = field(default_factory=list)
+    judgments: list[Judgment] = field(default_factory=list)  # single grades' games included (derived)
+    grades: list[Grade] = field(default_factory=list)  # fastchat-single: the grades themselves
     skips: list[Skip] = field(default_factory=list)
     formats: set[str] = field(default_factory=set)
     failed_grades: int = 0  # FastChat single grades marked failed (score -1 or null), kept as failed games
@@ -229,27 +232,6 @@ def _fastchat_pair(rec: dict[str, Any], judge: str | None) -> list[Judgment]:
     return out
 
 
-def _single_games(grades: dict[tuple[str, str], dict[str, tuple[float | None, str]]]) -> list[Judgment]:
-    """Return one game per pair of models graded on the same (prompt, judge): the higher score wins.
-
-    A grade of None failed: its games are failed games that carry the other model's grade.
-    """
-    out = []
-    for (pid, judge), by_model in grades.items():
-        for a, b in combinations(sorted(by_model), 2):
-            (sa, ta), (sb, tb) = by_model[a], by_model[b]
-            raw = f"{ta}\n---\n{tb}"
-            if sa is None or sb is None:
-                lost = " and ".join(m for m, x in ((a, sa), (b, sb)) if x is None)
-                out.append(Judgment(prompt_id=pid, model_a=a, model_b=b, judge=judge, raw=raw, status="failed",
-                                    scores_a=[] if sa is None else [sa], scores_b=[] if sb is None else [sb],
-                                    explanation=f"the grading of {lost} failed (FastChat score -1 or null)"))
-                continue
-            out.append(Judgment(prompt_id=pid, model_a=a, model_b=b, judge=judge, scores_a=[sa], scores_b=[sb],
-                                score_a=sa, score_b=sb, verdict=verdict(sa, sb), raw=raw))
-    return out
-
-
 def read_judgments(paths: Sequence[Path], *, baseline: str = ARENA_HARD_BASELINE, judge: str | None = None,
                    fmt: str = "auto") -> JudgmentImport:
     """Return the games in judgment files; bad lines are listed as skipped with file:line and the reason.
@@ -260,7 +242,7 @@ def read_judgments(paths: Sequence[Path], *, baseline: str = ARENA_HARD_BASELINE
     if fmt != "auto" and fmt not in FORMATS:
         raise ArenaError(f"unknown judgment format {fmt!r}: use auto or one of {', '.join(FORMATS)}")
     report = JudgmentImport()
-    grades: dict[tuple[str, str], dict[str, tuple[float | None, str]]] = defaultdict(dict)
+    grades: dict[tuple[str, str, str], Grade] = {}  # (prompt, model, judge): a later record replaces an earlier
     for path in paths:
         if not path.is_file():
             raise ArenaError(f"judgment file not found: {path}")
@@ -285,15 +267,17 @@ def read_judgments(paths: Sequence[Path], *, baseline: str = ARENA_HARD_BASELINE
                         raise ValueError("FastChat single judgment needs 'question_id' and 'model'")
                     if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
                         raise RecordError("score is not a number", f"score {score!r} is not a number")
-                    key = (turn_prompt_id(qid, _turn(rec)), judge or judge_name(rec.get("judge")))
+                    pid, name = turn_prompt_id(qid, _turn(rec)), judge or judge_name(rec.get("judge"))
                     # -1 (or null) is FastChat's mark of a failed grading: kept as a failure, not a grade
                     grade = None if score is None or score == -1 else float(score)
                     report.failed_grades += grade is None
-                    grades[key][model] = (grade, str(rec.get("judgment") or ""))
+                    grades[(pid, model, name)] = Grade(prompt_id=pid, model=model, judge=name, score=grade,
+                                                       text=str(rec.get("judgment") or ""))
                 report.formats.add(kind)
             except (ValueError, TypeError, KeyError) as err:
                 report.skips.append(Skip(where, str(err), _skip_kind(err)))
-    report.judgments.extend(_single_games(grades))
+    report.grades = list(grades.values())
+    report.judgments.extend(grade_games(report.grades))
     return report
 
 
@@ -417,8 +401,10 @@ def write_fastchat_pair(judgments: Sequence[Judgment], path: Path, prompt_name: 
     return report
 
 
-def write_fastchat_single(judgments: Sequence[Judgment], path: Path, prompt_name: str = "single-v1") -> ExportReport:
-    """Write FastChat's single judgment JSONL: each (question, model, turn) grade once, from single-grade games.
+def write_fastchat_single(judgments: Sequence[Judgment], path: Path, prompt_name: str = "single-v1",
+                          grades: Sequence[Grade] = ()) -> ExportReport:
+    """Write FastChat's single judgment JSONL: each (question, model, turn) grade once, from the stored ``grades``
+    (each with its text) and from single-grade games of a run.
 
     An answer whose grading failed (no game carries its grade) is written with FastChat's score -1.
     """
@@ -431,7 +417,12 @@ def write_fastchat_single(judgments: Sequence[Judgment], path: Path, prompt_name
                 "judge": [judge, prompt_name if turn == 1 else f"{prompt_name}-multi-turn"],
                 "user_prompt": "", "judgment": text, "score": score, "turn": turn, "tstamp": time.time()}
 
-    for j in judgments:
+    for g in grades:
+        qid, turn = split_turn(g.prompt_id)
+        rows[(qid, g.model, turn, g.judge)] = row(qid, g.model, turn, g.judge, g.text,
+                                                  -1 if g.score is None else g.score)
+    graded = {g.judge for g in grades}
+    for j in (j for j in judgments if j.judge not in graded):  # the grades' own games hold nothing more
         qid, turn0 = split_turn(j.prompt_id)
         texts = j.raw.split("\n---\n")
         n = len(j.scores_a) + len(j.scores_b)

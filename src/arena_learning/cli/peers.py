@@ -32,7 +32,7 @@ from ..config import RatingConfig
 from ..errors import ArenaError
 from ..rating.baseline import BaselineRate, baseline_win_rates
 from ..records import Battle, Rating
-from ..store import Store
+from ..store import Store, grade_battles
 from .consoles import stdout_console
 from .errors import reporting_errors
 
@@ -101,12 +101,20 @@ def import_judgments_command(
                     raise ArenaError(f"judge {name!r} in {workspace} holds {known['format']} judgments; these are "
                                      f"{kind}: import them under another name with --judge")
                 mine = [j for j in report.judgments if j.judge == name]
-                # A new file adds to what the judge had: same game (prompt, order) replaced, others kept.
-                games = {(j.prompt_id, j.model_a, j.model_b): j for j in existing}
-                games.update({(j.prompt_id, j.model_a, j.model_b): j for j in mine})
-                battles = peer_battles(games.values(), kind, strong_weight)
-                store.replace_judgments([name], games.values())
-                store.replace_battles(name, battles)
+                if kind == "fastchat-single":
+                    # Each grade stored once; its pairwise games and battles are derived when read. A new file
+                    # adds to what the judge had: the same answer's grade replaced, others kept.
+                    grades = {(g.prompt_id, g.model): g for g in store.get_grades(name)}
+                    grades.update({(g.prompt_id, g.model): g for g in report.grades if g.judge == name})
+                    store.replace_grades(name, grades.values())
+                    battles = grade_battles(grades.values())
+                else:
+                    # A new file adds to what the judge had: same game (prompt, order) replaced, others kept.
+                    games = {(j.prompt_id, j.model_a, j.model_b): j for j in existing}
+                    games.update({(j.prompt_id, j.model_a, j.model_b): j for j in mine})
+                    battles = peer_battles(games.values(), kind, strong_weight)
+                    store.replace_judgments([name], games.values())
+                    store.replace_battles(name, battles)
                 peers[name] = {"format": kind, "baseline": baseline if kind == "arena-hard" else None,
                                "strong_weight": strong_weight}
                 failed = sum(1 for j in mine if j.status != "ok")
@@ -158,7 +166,7 @@ def export_judgments_command(
             elif fmt == "fastchat-pair":
                 report = write_fastchat_pair(judgments, out)
             else:
-                report = write_fastchat_single(judgments, out)
+                report = write_fastchat_single(judgments, out, grades=store.get_grades(name))
     err = Console(stderr=True)
     err.print(escape(f"judge {name}: {report.records} {fmt} records written to {out}"), highlight=False)
     if report.left_out:
