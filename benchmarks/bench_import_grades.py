@@ -13,6 +13,7 @@ and the workspace's ``arena.db`` is measured. Goal: under 10 s and under 10 MB; 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import subprocess
@@ -24,13 +25,8 @@ from pathlib import Path
 ARENA = [sys.executable, "-m", "arena_learning"]
 
 
-def _text(rng: random.Random, vocab: list[str], weights: list[float], chars: int) -> str:
-    words: list[str] = []
-    n = 0
-    while n < chars:
-        w = rng.choices(vocab, weights)[0]
-        words.append(w)
-        n += len(w) + 1
+def _text(rng: random.Random, vocab: list[str], cum: list[float], chars: int) -> str:
+    words = rng.choices(vocab, cum_weights=cum, k=chars // 3)  # more than enough words; cut to length
     return " ".join(words)[:chars]
 
 
@@ -38,7 +34,7 @@ def write_grades(path: Path, questions: int = 150, models: int = 15, text_chars:
     rng = random.Random(0)
     letters = "etaoinshrdlucmfwypvbgkjqxz"
     vocab = ["".join(rng.choices(letters, [26 - i for i in range(26)], k=rng.randint(2, 9))) for _ in range(3000)]
-    weights = [1.0 / (i + 1) for i in range(len(vocab))]
+    cum = list(itertools.accumulate(1.0 / (i + 1) for i in range(len(vocab))))
     names = [f"model-{i:02d}" for i in range(models)]
     cells = [(q, t, m) for q in range(1, questions + 1) for t in (1, 2) for m in names]
     for i in sorted(rng.sample(range(len(cells)), 39), reverse=True):
@@ -46,7 +42,7 @@ def write_grades(path: Path, questions: int = 150, models: int = 15, text_chars:
     with path.open("w", encoding="utf-8") as fh:
         for q, t, m in cells:
             score = rng.randint(1, 10)
-            text = _text(rng, vocab, weights, text_chars) + f" Rating: [[{score}]]"
+            text = _text(rng, vocab, cum, text_chars) + f" Rating: [[{score}]]"
             fh.write(json.dumps({"question_id": q, "model": m, "judge": ["gpt-4", "single-v1"],
                                  "user_prompt": "[Question]...", "judgment": text, "score": score, "turn": t,
                                  "tstamp": 1.0}) + "\n")
