@@ -167,3 +167,37 @@ def test_several_boards_one_row_each_with_the_average(ws, tmp_path):
         assert b["spearman"] == one["spearman"] and b["average"] == one["average"]
         if b["average"] is not None:
             assert b["average"] == pytest.approx((b["spearman"] + b["agreement"] + b["separability"]) / 3)
+
+
+def test_readme_worked_example_from_published_files_to_the_consistency_table(tmp_path):
+    """README "From published judgments to the consistency table": MT-Bench's 80 questions (../shared/data),
+    grades written here in FastChat's layout (gzipped, pandas' float turns, a -1), a human board; three commands."""
+    import gzip
+
+    from .conftest import shared
+
+    questions = shared("mt_bench", "question.jsonl")
+    ids = [json.loads(line)["question_id"] for line in questions.open(encoding="utf-8")]
+    assert len(ids) == 80
+    grades = tmp_path / "gpt-4_single.jsonl"
+    write_grades(grades, questions=ids)
+    rows = [json.loads(x) for x in grades.read_text().splitlines()]
+    for r in rows:
+        r["turn"] = float(r["turn"])  # as pandas writes them
+    rows[0]["score"] = -1  # one failed grading
+    packed = tmp_path / "gpt-4_single.jsonl.gz"
+    packed.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    human = human_csv(tmp_path / "human.csv")
+    ws = tmp_path / "ws"
+    cli("ingest", questions, "--out", ws)  # optional: the questions' categories for `arena scores`
+    out = cli("import-judgments", packed, "-w", ws).output
+    assert "1 grades marked failed" in out and "skipped" not in out
+    scores = cli("scores", ws, "--json").stdout
+    by = {r["model"]: r for r in json.loads(scores)["models"]}
+    assert sum(r["failed"] for r in by.values()) == 1 and set(by["alpaca-13b"]["categories"]) >= {"math", "writing"}
+    (tmp_path / "scores.json").write_text(scores)
+    r = cli("compare", tmp_path / "scores.json", human)
+    assert "5 models on both" in r.stdout and "average consistency" in r.stdout
+    assert "vicuna-33b-v1.3" in r.stdout and "version dropped" in r.stdout
+    data = json.loads(cli("compare", tmp_path / "scores.json", human, "--json").stdout)
+    assert data["spearman"] == pytest.approx(1.0)  # the grades follow QUALITY, which orders as the human board

@@ -95,7 +95,7 @@ def test_failed_grades_are_kept_and_scores_counts_them(tmp_path):
     by = {r["model"]: r for r in got["models"]}
     assert got["judge"] == "gpt-4"
     # llama-13b: graded on 81 turn 1 only; its 81 turn 2 (-1) and 82 (null) gradings failed.
-    assert (by["llama-13b"]["mean"], by["llama-13b"]["graded"], by["llama-13b"]["failed"]) == (3.0, 1, 1)
+    assert (by["llama-13b"]["mean"], by["llama-13b"]["graded"], by["llama-13b"]["failed"]) == (3.0, 1, 2)
     assert by["llama-13b"]["turns"] == {"1": {"mean": 3.0, "n": 1}}
     # The other models keep every grade, also those beside a failed one (FastChat's means).
     assert by["vicuna-13b"]["mean"] == pytest.approx((8 + 6 + 9) / 3) and by["vicuna-13b"]["failed"] == 0
