@@ -35,7 +35,10 @@ LC_HELP = (
     "Raw and length-controlled win rate of every model against a reference model (AlpacaEval 2): the LC win "
     "rate is what a logistic model of the judge's preferences, with terms for the model, the normalised length "
     "difference (tanh) and the instruction's difficulty, predicts with no length difference, averaged over "
-    "prompts. 95% CIs by bootstrap over prompts. Lengths are characters of the answers."
+    "prompts. 95% CIs by bootstrap over prompts. Lengths are characters of the answers.\n\n"
+    "The length slope is the judge's and is pooled over the models by default (a model longer than the "
+    "reference on nearly every prompt cannot tell it from its quality on its own; such a model is named in a "
+    "warning); --length-slope per-model fits one per model, as AlpacaEval does."
 )
 
 
@@ -108,6 +111,9 @@ def lc_winrate_command(
     bootstrap: Annotated[int, typer.Option(
         "--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CIs (0: none).")] = 200,
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    length_slope: Annotated[str, typer.Option(
+        "--length-slope", help="'pooled': one length slope for every model (the judge's; default), or "
+                               "'per-model' (AlpacaEval's form).")] = "pooled",
 ) -> None:
     """Print raw and length-controlled win rates against ``reference`` (help text: ``LC_HELP``)."""
     from ..pipeline import load_saved_config, stage_lc_winrates
@@ -117,11 +123,12 @@ def lc_winrate_command(
         reference = reference or cfg.battles.baseline
         if reference is None:
             raise ArenaError("name the reference model with --reference M (the run has no battles.baseline)")
-        rows = stage_lc_winrates(cfg, store, reference, bootstrap=bootstrap)
+        rows = stage_lc_winrates(cfg, store, reference, bootstrap=bootstrap, length_slope=length_slope)
     if json_out:
         sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
         return
-    table = Table(title=f"win rate against {reference}, raw and length-controlled (percent)", title_justify="left",
+    table = Table(title=escape(f"win rate against {reference}, raw and length-controlled (percent; length slope "
+                               f"{length_slope})"), title_justify="left",
                   box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     table.add_column("model", no_wrap=True)
     for col in ("LC win rate", "95% CI", "win rate", "95% CI", "battles", "avg length", "length coef"):
@@ -131,9 +138,12 @@ def lc_winrate_command(
         return f"{lo:.1f}..{hi:.1f}" if lo is not None and hi is not None else "-"
 
     for r in rows:
-        table.add_row(r.model, fmt(r.lc_win_rate), ci(r.lc_low, r.lc_high), fmt(r.win_rate), ci(r.win_low, r.win_high),
+        name = escape(r.model) + ("" if r.length_identified else " *")
+        table.add_row(name, fmt(r.lc_win_rate), ci(r.lc_low, r.lc_high), fmt(r.win_rate), ci(r.win_low, r.win_high),
                       str(r.battles), f"{r.avg_length:.0f} (ref {r.reference_avg_length:.0f})", f"{r.length_coef:+.2f}")
     stdout_console().print(table)
+    if not all(r.length_identified for r in rows):
+        stdout_console().print("* its own length term is not identified (see the warning)", highlight=False)
 
 
 def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
