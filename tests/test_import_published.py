@@ -189,3 +189,15 @@ def test_each_grade_is_stored_once_and_the_pairs_are_derived(tmp_path):
     with Store(ws) as store:
         assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         assert store.get_grades() == []
+
+
+def test_model_names_with_brackets_are_printed_as_they_are(tmp_path):
+    rows = single_rows({(81, 1): {"[bold]x[/bold]": 8, "y [v2]": 6}})
+    ws = tmp_path / "ws"
+    cli("import-judgments", write_jsonl(tmp_path / "a.jsonl", rows), "-w", ws)
+    table = cli("scores", ws, "-b", "0")
+    assert "[bold]x[/bold]" in table and "y [v2]" in table
+    bad = tmp_path / "[weird].jsonl"
+    bad.write_text('{"question_id": 1, "model": "[m]", "score": 5, "judge": null}\n', encoding="utf-8")
+    out = cli("import-judgments", bad, "-w", tmp_path / "ws2", code=2)
+    assert "[weird].jsonl:1" in out and "[model, prompt]" in out

@@ -91,7 +91,7 @@ def test_scores_per_model_turn_and_category_from_a_single_answer_judge(tmp_path,
     assert table.exit_code == 0, table.output
     assert re.search(r"strong\s+6\.50\s+\S+\s+7\.00 \(20\)\s+6\.00 \(20\)\s+20\s+0", table.stdout), table.stdout
     assert re.search(r"strong\s+5\.00 \(20\)\s+8\.00 \(20\)", table.stdout)  # per category: roleplay, writing
-    assert "1 answer has no grade" in table.output
+    assert "1 grading failed and left no grade" in table.output
     page = write_report(ws).read_text()
     assert "Scores (single-answer grading)" in page and "6.50" in page and "8.00" in page
 

@@ -96,9 +96,9 @@ def scores_command(
         stdout_console().print(by_cat)
     failed = sum(r.failed for r in rows)
     if failed:
-        Console(stderr=True).print(f"[yellow]{failed} answer{'s have' if failed > 1 else ' has'} no grade: "
-                                   "their gradings failed (kept with the judge's raw text; in a run, `arena "
-                                   "battle` with more `judge.retries` asks again)",
+        Console(stderr=True).print(f"[yellow]{failed} grading{'s' if failed > 1 else ''} failed and left no grade "
+                                   "(kept with the judge's raw text; in a run, `arena battle` with more "
+                                   "`judge.retries` asks again)",
                                    highlight=False, soft_wrap=True)
 
 
@@ -164,4 +164,5 @@ def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
         n = sum(r.battles for r in board) // 2
         stdout_console().print(leaderboard_table(board, title=f"{by} {name} ({n} battles)"))
     for name, why in skipped.items():
-        Console(stderr=True).print(f"[yellow]{by} {name}: no leaderboard ({why})", highlight=False, soft_wrap=True)
+        Console(stderr=True).print("[yellow]" + escape(f"{by} {name}: no leaderboard ({why})"), highlight=False,
+                                   soft_wrap=True)
