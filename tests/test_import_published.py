@@ -201,3 +201,23 @@ def test_model_names_with_brackets_are_printed_as_they_are(tmp_path):
     bad.write_text('{"question_id": 1, "model": "[m]", "score": 5, "judge": null}\n', encoding="utf-8")
     out = cli("import-judgments", bad, "-w", tmp_path / "ws2", code=2)
     assert "[weird].jsonl:1" in out and "[model, prompt]" in out
+
+
+def test_gzipped_battle_logs_and_boards_read_as_plain(tmp_path):
+    from arena_learning.errors import ArenaError
+    from arena_learning.rating.battlelog import read_battle_log
+    from arena_learning.rating.boards import read_board
+
+    rows = [{"model_a": "x", "model_b": "y", "winner": w, "question_id": str(i)}
+            for i, w in enumerate(["model_a", "model_b", "tie", "model_a"])]
+    plain = write_jsonl(tmp_path / "log.jsonl", rows)
+    packed = write_jsonl(tmp_path / "log.jsonl.gz", rows, gz=True)
+    (a, ra), (b, rb) = read_battle_log(plain), read_battle_log(packed)
+    assert (ra.rated, rb.rated) == (4, 4) and a.models == b.models
+    broken = tmp_path / "bad.jsonl.gz"
+    broken.write_bytes(gzip.compress(b'{"model_a": "x", "model_b": "y", "winner": "tie"}\n{oops\n'))
+    with pytest.raises(ArenaError, match=r"bad\.jsonl\.gz:2"):
+        read_battle_log(broken)
+    board = tmp_path / "board.csv.gz"
+    board.write_bytes(gzip.compress(b"model,score\nx,2\ny,1\n"))
+    assert [(r.model, r.rating) for r in read_board(board).entries] == [("x", 2.0), ("y", 1.0)]
