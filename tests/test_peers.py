@@ -53,15 +53,18 @@ def arena_hard_rows(uids):
 
 
 def arena_hard_own_points(rows, weight=3):
-    """arena-hard-auto show_result.py ``load_judgments``, written out: each model's game points."""
+    """arena-hard-auto v0.1 show_result.py ``get_battles_from_judgment``, written out: each model's game points.
+
+    Each game on its own: a game with a null score has weight 0 (left out), the other game of its
+    record stays. The label map takes v2.0's mirrored spellings too.
+    """
     label_to_score = {"A>B": [1], "A>>B": [1] * weight, "A=B": [0.5], "A<<B": [0] * weight, "A<B": [0],
                       "B>A": [0], "B>>A": [0] * weight, "B=A": [0.5], "B<<A": [1] * weight, "B<A": [1]}
     out = Counter()
     for r in rows:
         g = r["games"]
-        if g[0]["score"] is None or g[1]["score"] is None:
-            continue
-        for s in label_to_score[g[1]["score"]] + [1 - s for s in label_to_score[g[0]["score"]]]:
+        points = [1 - s for s in label_to_score.get(g[0]["score"], [])] + label_to_score.get(g[1]["score"], [])
+        for s in points:
             out[(r["question_id"], r["model"], s)] += 1
     return out
 
@@ -184,18 +187,24 @@ def test_fastchat_single_grades_pair_up_and_round_trip(tmp_path):
              "user_prompt": "...", "judgment": f"Rating: [[{s}]]", "score": s, "turn": t, "tstamp": 1.0}
             for (q, t), by in grades.items() for m, s in by.items()]
     got = read_judgments([write_jsonl(tmp_path / "gpt-4_single.jsonl", rows)])
-    assert got.formats == {"fastchat-single"} and len(got.skipped) == 1 and "score -1" in got.skipped[0]
+    # The -1 (FastChat's failed grading) is kept as a failed game, not skipped.
+    assert got.formats == {"fastchat-single"} and not got.skipped and got.failed_grades == 1
+    assert [(j.model_a, j.model_b, j.scores_a, j.scores_b) for j in got.judgments if j.status == "failed"] == \
+        [("a", "c", [3.0], []), ("b", "c", [9.0], [])]
     battles = peer_battles(got.judgments, "fastchat-single")
     # Each pair graded on the same question and turn: the higher grade wins, equal grades tie.
     assert battle_keys(battles) == sorted([
         ("81", "a", "b", "model_a", 1, "gpt-4"), ("81", "a", "c", "tie", 1, "gpt-4"),
         ("81", "b", "c", "model_b", 1, "gpt-4"), ("81#turn2", "a", "b", "model_b", 1, "gpt-4"),
         ("82", "a", "b", "tie", 1, "gpt-4")])
-    report = write_fastchat_single(got.judgments, tmp_path / "out_single.jsonl")
+    # Each grade is kept once with its text; the games reference it (no text copied into them).
+    assert len(got.grades) == len(rows) and all(j.raw == "" for j in got.judgments)
+    report = write_fastchat_single(got.judgments, tmp_path / "out_single.jsonl", grades=got.grades)
     out = [json.loads(line) for line in report.files[0].read_text().splitlines()]
-    # Every valid grade once, with its judgment text (FastChat's show_result.py means by turn come out the same).
+    # Every grade once, with its judgment text, the failed one as -1 again (FastChat's show_result.py means by
+    # turn come out the same).
     assert sorted((r["question_id"], r["model"], r["turn"], r["score"], r["judgment"]) for r in out) == sorted(
-        (r["question_id"], r["model"], r["turn"], r["score"], r["judgment"]) for r in rows if r["score"] != -1)
+        (r["question_id"], r["model"], r["turn"], r["score"], r["judgment"]) for r in rows)
     again = read_judgments(report.files)
     assert battle_keys(peer_battles(again.judgments, "fastchat-single")) == battle_keys(battles)
 
@@ -239,7 +248,7 @@ def test_cli_import_headline_export_reimport(tmp_path):
     # One model's file at a time: the second import adds to the first.
     arena("import-judgments", files[0], "-w", ws, "--baseline", BASE)
     proc = arena("import-judgments", files[1], "-w", ws, "--baseline", BASE)
-    assert "10 arena-hard games imported (0 failed), 18 battles in all" in proc.stderr
+    assert "10 arena-hard games imported (0 failed), 19 battles in all" in proc.stderr
     head = json.loads(arena("leaderboard", ws, "--baseline", BASE, "--json").stdout)
     assert head["judge"] == "gpt-4-1106-preview" and head["bootstrap"] == 100
     by_model = {r["model"]: r for r in head["rows"]}

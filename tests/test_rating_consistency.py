@@ -92,8 +92,9 @@ def test_models_are_matched_loosely_and_the_rest_reported():
     assert c.models == ["GPT_4", "llama"] and c.only_in_candidate == ["Mine"] and c.only_in_reference == ["theirs"]
     assert compare_boards(cand, ref, match="exact").models == []
     assert loose_name(" Foo_Bar ") == "foo-bar"
-    with pytest.raises(ArenaError, match="match as one name"):
-        compare_boards(board([("x_y", 1, 0, 2), ("X-Y", 2, 1, 3)]), ref)
+    # Two names of one board that match as one are never guessed: both stay unmatched.
+    c = compare_boards(board([("gpt_4", 1, 0, 2), ("GPT-4", 2, 1, 3), ("llama", 3, 2, 4)]), ref)
+    assert c.models == ["llama"] and c.only_in_candidate == ["GPT-4", "gpt_4"]
 
 
 def test_separability_counts_touching_intervals_as_overlapping():
@@ -163,9 +164,13 @@ def test_compare_command_prints_spearman_over_the_overlapping_models():
     arena_hard, alpaca = shared_boards()
     result = CliRunner().invoke(cli(), ["compare", str(arena_hard), str(alpaca)])
     assert result.exit_code == 0, result.output
-    assert "Spearman" in result.stdout and "23 models on both" in result.stdout
+    # 16 exact names, and 11 spelled otherwise (gpt-4-0314 / gpt4_0314, llama-2-70b-chat / llama-2-70b-chat-hf, ...)
+    assert "Spearman" in result.stdout and "27 models on both" in result.stdout
     data = json.loads(CliRunner().invoke(cli(), ["compare", str(arena_hard), str(alpaca), "--json"]).stdout)
-    assert data["n_models"] == 23 and data["layout_a"] == "arena-hard" and data["layout_b"] == "alpaca-eval"
+    assert data["n_models"] == 27 and data["layout_a"] == "arena-hard" and data["layout_b"] == "alpaca-eval"
+    how = {c: (r, h) for c, r, h in data["matches"]}
+    assert how["gpt-4-0314"] == ("gpt4_0314", "loose") and how["vicuna-33b"] == ("vicuna-33b-v1.3", "version dropped")
+    assert how["mixtral-8x7b-instruct-v0.1"] == ("Mixtral-8x7B-Instruct-v0.1", "loose")
     assert 0.8 < data["spearman"] <= 1.0
     assert data["separability"] is not None and data["average"] is not None
     exact = json.loads(CliRunner().invoke(cli(), ["compare", str(arena_hard), str(alpaca), "--json", "--match",
@@ -196,7 +201,7 @@ def test_compare_column_options_name_the_reference_columns_only(tmp_path):
     assert data["layout_a"] == "arena-learning" and data["layout_b"] == "columns"
     assert data["n_models"] == 3 and data["spearman"] == pytest.approx(1.0)
     help_text = CliRunner().invoke(cli(), ["compare", "--help"], terminal_width=200).stdout
-    assert "BOARD_B only" in help_text
+    assert "--board-model-col" in help_text and "reference" in help_text
 
 
 def test_board_errors_name_the_jsonl_line_and_the_json_record(tmp_path):

@@ -91,7 +91,7 @@ def test_scores_per_model_turn_and_category_from_a_single_answer_judge(tmp_path,
     assert table.exit_code == 0, table.output
     assert re.search(r"strong\s+6\.50\s+\S+\s+7\.00 \(20\)\s+6\.00 \(20\)\s+20\s+0", table.stdout), table.stdout
     assert re.search(r"strong\s+5\.00 \(20\)\s+8\.00 \(20\)", table.stdout)  # per category: roleplay, writing
-    assert "1 answer has no grade" in table.output
+    assert "1 grading failed and left no grade" in table.output
     page = write_report(ws).read_text()
     assert "Scores (single-answer grading)" in page and "6.50" in page and "8.00" in page
 
@@ -168,10 +168,11 @@ def test_fastchat_single_judgments_imported_give_the_show_result_table(tmp_path)
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     imported = runner.invoke(app, ["import-judgments", str(path), "-w", str(ws)])
     assert imported.exit_code == 0, imported.output
-    no_judge = runner.invoke(app, ["scores", str(ws)])
-    assert no_judge.exit_code == 2 and "--judge" in no_judge.output and "gpt-4" in no_judge.output
+    # The workspace's only judge needs no --judge.
+    no_judge = runner.invoke(app, ["scores", str(ws), "--json"])
     result = runner.invoke(app, ["scores", str(ws), "--judge", "gpt-4", "--json"])
     assert result.exit_code == 0, result.output
+    assert no_judge.exit_code == 0 and no_judge.stdout == result.stdout
     rows = {r["model"]: r for r in json.loads(result.stdout)["models"]}
 
     def mean(xs):
@@ -184,3 +185,7 @@ def test_fastchat_single_judgments_imported_give_the_show_result_table(tmp_path)
             assert row["turns"][str(t)]["mean"] == pytest.approx(mean([s for _, tt, s in mine if tt == t]))
         assert row["categories"]["math"]["mean"] == pytest.approx(mean([s for q, _, s in mine if q > 100]))
         assert row["graded"] == 4 and row["turns"]["2"]["n"] == 4 and row["categories"]["writing"]["n"] == 4
+    # With two judges, it must be named.
+    assert runner.invoke(app, ["import-judgments", str(path), "-w", str(ws), "--judge", "other"]).exit_code == 0
+    two = runner.invoke(app, ["scores", str(ws)])
+    assert two.exit_code == 2 and "--judge" in two.output and "gpt-4, other" in two.output

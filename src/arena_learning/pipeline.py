@@ -402,7 +402,8 @@ def stage_scores(cfg: RunConfig | None, store: Store, judge: str | None = None, 
     return name, score_table(judgments, prompts, bootstrap=bootstrap, seed=seed, turn_of=split_turn)
 
 
-def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap: int = 200) -> list[LCWinRate]:
+def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap: int = 200,
+                      length_slope: str = "pooled") -> list[LCWinRate]:
     """Return rating.lengthcontrol.LCWinRate rows: raw and length-controlled win rates against ``reference``."""
     from .rating.lengthcontrol import lc_win_rates
 
@@ -413,7 +414,8 @@ def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap
                          f"{', '.join(sorted(players))}")
     # AlpacaEval measures length in characters of the output; a multi-turn answer counts all its turns
     lengths = {(a.prompt_id, a.model): float(sum(len(t) for t in a.turns)) for a in store.get_answers()}
-    return lc_win_rates(battles, lengths, reference, bootstrap=bootstrap, seed=cfg.ratings.seed)
+    return lc_win_rates(battles, lengths, reference, bootstrap=bootstrap, seed=cfg.ratings.seed,
+                        length_slope=length_slope)
 
 
 def stage_group_boards(cfg: RunConfig, store: Store, by: str, *, bootstrap: int | None = None

@@ -7,6 +7,9 @@ conversations, imported answers, human labels. A row that cannot be read is yiel
 reason instead of data, so the caller decides whether to skip and count it or to stop. A file
 that cannot be read at all raises :class:`ReadError`.
 
+A gzipped file (``.jsonl.gz``, ``.json.gz``, ``.csv.gz``, ...) is read as the file inside it, with the
+same line numbers; ``.zst`` is refused with what to do (no zstd library is a dependency).
+
 Written by hand where no library does it: line numbers of the records inside one JSON
 document (``json`` gives only the offset of an error), and bytes that are not UTF-8 reported
 on their own line while the rest of the file stays readable.
@@ -15,7 +18,9 @@ on their own line while the rest of the file stays readable.
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
+import io
 import json
 import re
 import sys
@@ -90,9 +95,29 @@ def _iter_jsonl_bytes(path: Path, lines: Iterable[tuple[int, bytes]]) -> Iterato
         yield Row(where, value)
 
 
+def _open_bytes(path: Path) -> gzip.GzipFile | io.BufferedReader:
+    """Open ``path`` for reading bytes, through gzip when it is gzipped."""
+    return gzip.open(path, "rb") if _gzipped(path) else open(path, "rb")
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        with _open_bytes(path) as fh:
+            return fh.read()
+    except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError; a cut-off file an EOFError
+        raise ReadError(f"{path}: not a readable gzip file ({err})") from None
+
+
+def _gzipped(path: Path) -> bool:
+    return path.suffix.lower() == ".gz"
+
+
 def _iter_jsonl(path: Path) -> Iterator[Row]:
-    with open(path, "rb") as fh:
-        yield from _iter_jsonl_bytes(path, enumerate(fh, 1))
+    try:
+        with _open_bytes(path) as fh:
+            yield from _iter_jsonl_bytes(path, enumerate(fh, 1))
+    except (gzip.BadGzipFile, EOFError) as err:
+        raise ReadError(f"{path}: not a readable gzip file ({err})") from None
 
 
 class _LineCounter:
@@ -115,7 +140,7 @@ def _skip_ws(text: str, i: int) -> int:
 
 
 def _iter_json(path: Path, is_record: IsRecord | None = None) -> Iterator[Row]:
-    raw = path.read_bytes()
+    raw = _read_bytes(path)
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     # surrogateescape keeps the rest of a file readable when one record holds bad bytes;
@@ -224,8 +249,9 @@ def _cell(value: str) -> Any:
 def _iter_csv(path: Path) -> Iterator[Row]:
     # Conversations can be long: lift the csv module's 128 KiB cell limit.
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as fh:
-        reader = csv.DictReader(fh, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    tsv = _inner_suffix(path) == ".tsv"
+    with io.TextIOWrapper(_open_bytes(path), encoding="utf-8-sig", errors="surrogateescape", newline="") as fh:
+        reader = csv.DictReader(fh, delimiter="\t" if tsv else ",")
         start = 2
         try:
             for row in reader:
@@ -276,31 +302,52 @@ def _iter_hf_folder(path: Path) -> Iterator[Row]:
             yield Row(f"{label}:row {n}", row)
 
 
+def _inner_suffix(path: Path) -> str:
+    """Return the file type's suffix, lower case: that of the file inside a ``.gz``."""
+    return Path(path.stem).suffix.lower() if _gzipped(path) else path.suffix.lower()
+
+
 def _container(path: Path) -> str:
     if path.is_dir():
         return "hf"
-    suffix = path.suffix.lower()
+    if path.suffix.lower() in (".zst", ".zstd"):
+        raise ReadError(f"{path}: zstd-compressed files are not read here; decompress it (`zstd -d {path.name}`) "
+                        "or recompress it with gzip (.gz files are read as they are)")
+    suffix = _inner_suffix(path)
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"
     if suffix == ".json":
         return "json"
     if suffix in (".parquet", ".pq"):
+        if _gzipped(path):
+            raise ReadError(f"{path}: a gzipped Parquet file; Parquet compresses itself: give the .parquet file")
         return "parquet"
     if suffix in (".csv", ".tsv"):
         return "csv"
-    with open(path, "rb") as fh:
-        head = fh.read(4096)
-    if head.startswith(b"PAR1"):
+    with _open_bytes(path) as fh:
+        try:
+            head = fh.read(4096)
+        except (OSError, EOFError) as err:
+            raise ReadError(f"{path}: not a readable gzip file ({err})") from None
+    if head.startswith(b"PAR1") and not _gzipped(path):
         return "parquet"
     stripped = head.lstrip()
     if stripped.startswith(b"["):
         return "json"
     if stripped.startswith(b"{"):
         return "jsonl"
-    raise ReadError(f"{path}: unknown file type; use .json, .jsonl, .parquet, .csv or a dataset folder")
+    raise ReadError(f"{path}: unknown file type; use .json, .jsonl, .parquet, .csv (any of them but Parquet "
+                    "may be gzipped: .jsonl.gz) or a dataset folder")
 
 
 def _is_empty(path: Path) -> bool:
+    if _gzipped(path):
+        with _open_bytes(path) as fh:
+            try:
+                head = fh.read(1 << 16)
+            except (OSError, EOFError) as err:
+                raise ReadError(f"{path}: not a readable gzip file ({err})") from None
+        return len(head) < 1 << 16 and not head.strip()
     size = path.stat().st_size
     # Only a small file can be all whitespace in practice; never read a big one twice.
     return size == 0 or (size < 1 << 16 and not path.read_bytes().strip())

@@ -108,6 +108,18 @@ class Rating(Record):
     battles: int = 0
 
 
+class Grade(Record):
+    """A single-answer grade (MT-Bench's 1-10, FastChat's single judgment): one judge's grade of one model's
+    answer to one prompt (a later turn under its own prompt id), stored once; the pairwise games and battles
+    it stands for are derived from it (``store.grade_games``), never copied."""
+
+    prompt_id: str
+    model: str
+    judge: str
+    score: float | None = Field(None, description="the grade; None: the grading failed (FastChat's -1)")
+    text: str = Field("", description="the judge's judgment text")
+
+
 class SFTExample(Record):
     messages: list[dict[str, str]]
 

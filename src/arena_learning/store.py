@@ -2,7 +2,10 @@
 
 It holds the ledger of every model call and the artifacts of every stage
 (prompts, answers, judgments, battles), each as the JSON of its record so a
-person can open the file with ``sqlite3`` and read it.
+person can open the file with ``sqlite3`` and read it. Single-answer grades
+(``grades``, imported MT-Bench judgments) are stored once, their texts
+zlib-compressed beside the JSON; the pairwise games and battles they stand for
+are derived when read, never stored.
 
 The ledger is what makes runs resumable: a call is keyed by a hash of
 (engine, model, params, messages); a success is stored once and never requested
@@ -22,17 +25,21 @@ import sqlite3
 import sys
 import threading
 import time
+import zlib
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 from pathlib import Path
 from typing import Any, ClassVar
 
 from .errors import ArenaError
-from .records import Answer, Battle, Judgment, Prompt
+from .records import Answer, Battle, Grade, Judgment, Prompt
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the tables below, kept in SQLite's ``user_version``. 0/1: release 0.1.0 (answers,
-judgments and battles keyed without a set); 2: keyed by set, ledger rows record who asked."""
+judgments and battles keyed without a set); 2: keyed by set, ledger rows record who asked;
+3: single-answer grades stored once (``grades``; a version-2 workspace reads as one without)."""
 
 DEFAULT_SET = "test"
 """The set a run's test prompts are stored as; answers, judgments and battles default to it."""
@@ -87,6 +94,15 @@ CREATE TABLE IF NOT EXISTS battles (
     data TEXT NOT NULL,
     PRIMARY KEY (set_name, prompt_id, model_a, model_b, judge)
 );
+CREATE TABLE IF NOT EXISTS grades (
+    set_name TEXT NOT NULL,
+    prompt_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    judge TEXT NOT NULL,
+    data TEXT NOT NULL,
+    text BLOB NOT NULL,
+    PRIMARY KEY (set_name, prompt_id, model, judge)
+);
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -110,6 +126,40 @@ DROP TABLE judgments_v1;
 DROP TABLE battles_v1;
 ALTER TABLE calls ADD COLUMN requested_by TEXT;
 """
+
+
+def grade_games(grades: Iterable[Grade]) -> list[Judgment]:
+    """Return the pairwise games that single grades stand for (MT-Bench): per (prompt, judge), one game per pair
+    of models graded, in name order, the higher grade winning and equal grades a tie.
+
+    A failed grade (score None) makes its games failed games that still carry the other model's grade. The
+    games reference the grades: their ``raw`` is empty, the texts stay with the grades (``Store.get_grades``).
+    """
+    by_prompt: dict[tuple[str, str], dict[str, float | None]] = defaultdict(dict)
+    for g in grades:
+        by_prompt[(g.prompt_id, g.judge)][g.model] = g.score
+    out = []
+    for (pid, judge), by_model in by_prompt.items():
+        for a, b in combinations(sorted(by_model), 2):
+            sa, sb = by_model[a], by_model[b]
+            if sa is None or sb is None:
+                lost = " and ".join(m for m, x in ((a, sa), (b, sb)) if x is None)
+                out.append(Judgment(prompt_id=pid, model_a=a, model_b=b, judge=judge, status="failed",
+                                    scores_a=[] if sa is None else [sa], scores_b=[] if sb is None else [sb],
+                                    explanation=f"the grading of {lost} failed (FastChat score -1 or null)"))
+                continue
+            outcome = "tie" if sa == sb else ("model_a" if sa > sb else "model_b")
+            out.append(Judgment(prompt_id=pid, model_a=a, model_b=b, judge=judge, scores_a=[sa], scores_b=[sb],
+                                score_a=sa, score_b=sb, verdict=outcome))
+    return out
+
+
+def grade_battles(grades: Iterable[Grade]) -> list[Battle]:
+    """Return the battles of ``grade_games``: one per game that did not fail (a battle of one game)."""
+    return [Battle(prompt_id=j.prompt_id, model_a=j.model_a, model_b=j.model_b, outcome=j.verdict or "tie",
+                   score_a=j.score_a, score_b=j.score_b, score_gap=abs((j.score_a or 0.0) - (j.score_b or 0.0)),
+                   judge=j.judge, games=1)
+            for j in grade_games(grades) if j.status == "ok"]
 
 
 def call_key(engine: str, model: str, params: dict[str, Any], payload: Any) -> str:
@@ -216,7 +266,7 @@ class Store:
             except sqlite3.Error as err:
                 raise ArenaError(f"cannot read the workspace {self.root} ({err})") from None
             self._check_version(version)
-            if version < SCHEMA_VERSION and self._has_table("answers"):
+            if version < 2 and self._has_table("answers"):  # version 2 reads as it is (no grades)
                 self.db.close()
                 raise ArenaError(f"{self.root} was written by an older release (schema {version}, this one reads "
                                  f"{SCHEMA_VERSION}): open it once with a writing command (e.g. `arena run`) to "
@@ -425,14 +475,54 @@ class Store:
             )
 
     def get_judgments(self, judge: str | None = None, set_name: str = DEFAULT_SET) -> list[Judgment]:
+        """Return the judgments of ``set_name`` (of ``judge``): those stored, then the games of stored grades."""
         sql, args = "SELECT data FROM judgments WHERE set_name=?", [set_name]
         if judge is not None:
             sql, args = sql + " AND judge=?", [set_name, judge]
-        return [Judgment.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
+        stored = [Judgment.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
+        return stored + grade_games(self.get_grades(judge, set_name))
 
     def judgment_judges(self) -> list[str]:
-        """Return the names of the judges with judgments here (any set), sorted."""
-        return sorted(r[0] for r in self.db.execute("SELECT DISTINCT judge FROM judgments"))
+        """Return the names of the judges with judgments (or grades) here (any set), sorted."""
+        stored = {r[0] for r in self.db.execute("SELECT DISTINCT judge FROM judgments")}
+        return sorted(stored | set(self.grade_judges()))
+
+    def replace_grades(self, judge: str, grades: Iterable[Grade], set_name: str = DEFAULT_SET) -> None:
+        """Store ``grades`` as all that ``judge`` has on ``set_name``: its grades, judgments and battles there go.
+
+        The judge's pairwise games and battles are derived from the grades when read (``get_judgments``,
+        ``get_battles``): each grade and its text is stored once.
+        """
+        with self._tx():
+            for table in ("grades", "judgments", "battles"):
+                # the table names are the literals above, never user text
+                self.db.execute(f"DELETE FROM {table} WHERE set_name=? AND judge=?", (set_name, judge))
+            # the text apart and zlib-compressed: judgment texts of ~2 KB would fill half a page each
+            self.db.executemany(
+                "INSERT OR REPLACE INTO grades (set_name, prompt_id, model, judge, data, text) VALUES (?,?,?,?,?,?)",
+                ((set_name, g.prompt_id, g.model, judge, g.model_dump_json(exclude={"text"}),
+                  zlib.compress(g.text.encode("utf-8"))) for g in grades if g.judge == judge),
+            )
+
+    def get_grades(self, judge: str | None = None, set_name: str = DEFAULT_SET) -> list[Grade]:
+        """Return the single-answer grades of ``set_name`` (of ``judge``), in the order stored."""
+        if not self._has_table("grades"):  # a version-2 workspace opened read-only
+            return []
+        sql, args = "SELECT data, text FROM grades WHERE set_name=?", [set_name]
+        if judge is not None:
+            sql, args = sql + " AND judge=?", [set_name, judge]
+        out = []
+        for data, text in self.db.execute(sql + " ORDER BY rowid", args):
+            grade = Grade.model_validate_json(data)
+            grade.text = zlib.decompress(text).decode("utf-8")
+            out.append(grade)
+        return out
+
+    def grade_judges(self) -> list[str]:
+        """Return the judges with single-answer grades stored here (any set), sorted."""
+        if not self._has_table("grades"):
+            return []
+        return [r[0] for r in self.db.execute("SELECT DISTINCT judge FROM grades ORDER BY judge")]
 
     def replace_battles(self, judge: str, battles: Iterable[Battle], set_name: str = DEFAULT_SET) -> None:
         """Store ``battles`` as all the battles of ``judge`` on ``set_name``, dropping what it had there."""
@@ -445,10 +535,12 @@ class Store:
             )
 
     def get_battles(self, judge: str | None = None, set_name: str = DEFAULT_SET) -> list[Battle]:
+        """Return the battles of ``set_name`` (of ``judge``): those stored, then the battles of stored grades."""
         sql, args = "SELECT data FROM battles WHERE set_name=?", [set_name]
         if judge is not None:
             sql, args = sql + " AND judge=?", [set_name, judge]
-        return [Battle.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
+        stored = [Battle.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
+        return stored + grade_battles(self.get_grades(judge, set_name))
 
     # ---- what a workspace holds ----------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -464,20 +556,29 @@ class Store:
             "schema_version": self.db.execute("PRAGMA user_version").fetchone()[0],
             "prompt_sets": self.prompt_sets(),
             "answers_per_set": self.answer_sets(),
-            "judges": dict(self.db.execute("SELECT judge, COUNT(*) FROM battles GROUP BY judge").fetchall()),
+            "judges": self._battle_counts(),
             "calls": self.call_counts(),
             "models": {who: sorted(ids) for who, ids in sorted(identities.items())},
             "writer": holder or None,
             "bytes": self._size(),
         }
 
+    def _battle_counts(self) -> dict[str, int]:
+        """Return the number of battles per judge, stored or derived from grades (every set)."""
+        counts = dict(self.db.execute("SELECT judge, COUNT(*) FROM battles GROUP BY judge").fetchall())
+        for judge in self.grade_judges():
+            sets = [r[0] for r in self.db.execute("SELECT DISTINCT set_name FROM grades WHERE judge=?", (judge,))]
+            counts[judge] = counts.get(judge, 0) + sum(len(grade_battles(self.get_grades(judge, s))) for s in sets)
+        return counts
+
     # ---- forgetting and cleaning --------------------------------------------------
     def model_names(self) -> set[str]:
-        """Return every model name that has answers, battles or ledger calls here."""
+        """Return every model name that has answers, battles, grades or ledger calls here."""
         rows = self.db.execute(
             "SELECT model FROM answers UNION SELECT model_a FROM battles UNION SELECT model_b FROM battles "
             "UNION SELECT requested_by FROM calls WHERE requested_by IS NOT NULL")
-        return {r[0] for r in rows}
+        graded = self.db.execute("SELECT DISTINCT model FROM grades") if self._has_table("grades") else []
+        return {r[0] for r in rows} | {r[0] for r in graded}
 
     def forget_model(self, name: str) -> dict[str, int]:
         """Drop a model's answers, the judgments and battles it took part in, and the ledger calls it made.
@@ -492,6 +593,7 @@ class Store:
                 "DELETE FROM judgments WHERE model_a=? OR model_b=?", (name, name)).rowcount
             counts["battles"] = self.db.execute(
                 "DELETE FROM battles WHERE model_a=? OR model_b=?", (name, name)).rowcount
+            counts["grades"] = self.db.execute("DELETE FROM grades WHERE model=?", (name,)).rowcount
             counts["ledger"] = self.db.execute("DELETE FROM calls WHERE requested_by=?", (name,)).rowcount
             counts["ledger_unattributed"] = self.db.execute(
                 "SELECT COUNT(*) FROM calls WHERE requested_by IS NULL").fetchone()[0]

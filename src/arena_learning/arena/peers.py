@@ -8,8 +8,9 @@ own tool's rules, so they can be re-rated, audited and set beside another judge'
   The baseline is not in the file (it is the judge config's ``baseline_model``; v0.1: gpt-4-0314).
   gen_judgment.py shows the baseline as assistant A in game 1 and swaps the order in game 2;
   ``score`` is the label (``A>>B`` ... ``B>>A``, or the mirrored ``A<B`` / ``B=A`` spellings). As
-  show_result.py (``load_judgments``): a record with a null score in either game is left out,
-  and each game is a battle, a strong label counting ``strong_weight`` (3) times.
+  v0.1's show_result.py: each game is a battle, a strong label counting ``strong_weight`` (3)
+  times, and a game with a null score is left out alone (the other game of its record stays).
+  The export writes both ``question_id`` (what v0.1's scripts read) and ``uid`` (v2.0's).
 - ``fastchat-pair`` (FastChat ``llm_judge`` ``<judge>_pair.jsonl``): ``{"question_id", "model_1",
   "model_2", "g1_winner", "g2_winner", "judge": [model, prompt], "g1_judgment", "g2_judgment",
   "turn", "tstamp"}``; game 1 shows model_1 as A, game 2 model_2; winners are named
@@ -17,9 +18,16 @@ own tool's rules, so they can be re-rated, audited and set beside another judge'
   show_result.py ``display_result_pairwise``: a record with an ``error`` game is left out, and
   it is one battle, a tie unless both games name the same winner (our ``consistent`` combine).
 - ``fastchat-single`` (``<judge>_single.jsonl``): ``{"question_id", "model", "judge", "user_prompt",
-  "judgment", "score", "turn", "tstamp"}``, score 1-10, -1 an error (left out, as show_result.py
-  does). Each pair of models graded on the same question and turn is one game, the higher score
-  winning and equal scores a tie (how MT-Bench turns single grades into pairwise votes).
+  "judgment", "score", "turn", "tstamp"}``, score 1-10, -1 (or null) a failed grading. Each pair
+  of models graded on the same question and turn is one game, the higher score winning and equal
+  scores a tie (how MT-Bench turns single grades into pairwise votes). The grades are what is
+  stored (``Grade``, each with its text, once); the pairwise games and battles are derived from
+  them (``store.grade_games``). A failed grading is kept: its games are failed games (no battle,
+  as show_result.py leaves it out) that still carry the other model's grade, so ``arena scores``
+  counts the failure and keeps the other grade.
+
+Skipped records are counted by reason (:meth:`JudgmentImport.skip_table`): the reason, how many,
+the first file:line.
 
 FastChat judges each turn separately; a turn after the first becomes its own prompt id,
 ``<question_id>#turn<N>``, so both turns' battles live side by side as show_result.py counts them.
@@ -28,17 +36,18 @@ FastChat judges each turn separately; a turn after the first becomes its own pro
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArenaError
 from ..readers import bad_bytes, iter_rows
-from ..records import Battle, Judgment
+from ..records import Battle, Grade, Judgment
+from ..store import grade_games
 from .battles import combine_games
 from .judges import verdict
 from .parse import label_scores, normalize_label
@@ -49,17 +58,59 @@ COMBINE = {"arena-hard": "both", "fastchat-pair": "consistent", "fastchat-single
 ARENA_HARD_BASELINE = "gpt-4-0314"  # arena-hard-v0.1's baseline_model (config/judge_config.yaml)
 
 
+class RecordError(ValueError):
+    """A record that cannot be imported; ``kind`` is its reason without the record's own values."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class Skip:
+    """One record left out: where (``file:line``), why, and the kind of reason it is counted under."""
+
+    where: str
+    reason: str
+    kind: str
+
+
+_VALUES = re.compile(r"'[^']*'|\"[^\"]*\"|-?\b\d+(?:\.\d+)?\b")
+
+
+def _skip_kind(err: Exception) -> str:
+    """Return the kind of ``err``: its ``kind``, else its text with quoted values and numbers as ``...``."""
+    kind = getattr(err, "kind", None)
+    return kind if isinstance(kind, str) else _VALUES.sub("...", str(err))
+
+
 @dataclass
 class JudgmentImport:
-    """What a judgment file held: the games, what was skipped (``file:line: reason``), the format."""
+    """What a judgment file held: the games, what was skipped and why, the format."""
 
-    judgments: list[Judgment] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
+    judgments: list[Judgment] = field(default_factory=list)  # single grades' games included (derived)
+    grades: list[Grade] = field(default_factory=list)  # fastchat-single: the grades themselves
+    skips: list[Skip] = field(default_factory=list)
     formats: set[str] = field(default_factory=set)
+    failed_grades: int = 0  # FastChat single grades marked failed (score -1 or null), kept as failed games
 
     @property
     def judges(self) -> list[str]:
         return sorted({j.judge for j in self.judgments})
+
+    @property
+    def skipped(self) -> list[str]:
+        """Every skipped record as ``file:line: reason``, in file order."""
+        return [f"{s.where}: {s.reason}" for s in self.skips]
+
+    def skip_table(self) -> list[tuple[str, int, str]]:
+        """Return (reason, count, first file:line) per kind of skip, the most frequent first."""
+        counts: dict[str, int] = {}
+        first: dict[str, str] = {}
+        for s in self.skips:
+            counts[s.kind] = counts.get(s.kind, 0) + 1
+            first.setdefault(s.kind, s.where)
+        return sorted(((k, n, first[k]) for k, n in counts.items()), key=lambda r: -r[1])
 
 
 # ---- ids ----------------------------------------------------------------------------------------
@@ -79,10 +130,15 @@ def split_turn(prompt_id: str) -> tuple[str, int]:
 
 
 def _turn(rec: dict[str, Any]) -> int:
-    """Return a FastChat record's turn (1 when absent); ValueError for anything but a whole number from 1."""
+    """Return a FastChat record's turn (1 when absent); ValueError for anything but a whole number from 1.
+
+    An integral float (``1.0``, as pandas writes an integer column with gaps) is that integer.
+    """
     turn = rec.get("turn", 1)
+    if isinstance(turn, float) and turn.is_integer():
+        turn = int(turn)
     if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
-        raise ValueError(f"turn {turn!r} is not a turn number (1, 2, ...)")
+        raise RecordError("turn is not a turn number (1, 2, ...)", f"turn {turn!r} is not a turn number (1, 2, ...)")
     return turn
 
 
@@ -92,7 +148,9 @@ def judge_name(value: Any) -> str:
         return value[0]
     if isinstance(value, str) and value:
         return value
-    raise ValueError(f"judge is {value!r}: expected a name or FastChat's [model, prompt] pair")
+    raise RecordError("no judge name in the record: pass --judge NAME",
+                      f"judge is {value!r}: the record names no judge (a name or FastChat's [model, prompt] "
+                      "pair); pass --judge NAME to import it under that name")
 
 
 def detect_format(rec: dict[str, Any]) -> str:
@@ -174,17 +232,6 @@ def _fastchat_pair(rec: dict[str, Any], judge: str | None) -> list[Judgment]:
     return out
 
 
-def _single_games(grades: dict[tuple[str, str], dict[str, tuple[float, str]]]) -> list[Judgment]:
-    """Return one game per pair of models graded on the same (prompt, judge): the higher score wins."""
-    out = []
-    for (pid, judge), by_model in grades.items():
-        for a, b in combinations(sorted(by_model), 2):
-            (sa, ta), (sb, tb) = by_model[a], by_model[b]
-            out.append(Judgment(prompt_id=pid, model_a=a, model_b=b, judge=judge, scores_a=[sa], scores_b=[sb],
-                                score_a=sa, score_b=sb, verdict=verdict(sa, sb), raw=f"{ta}\n---\n{tb}"))
-    return out
-
-
 def read_judgments(paths: Sequence[Path], *, baseline: str = ARENA_HARD_BASELINE, judge: str | None = None,
                    fmt: str = "auto") -> JudgmentImport:
     """Return the games in judgment files; bad lines are listed as skipped with file:line and the reason.
@@ -195,14 +242,18 @@ def read_judgments(paths: Sequence[Path], *, baseline: str = ARENA_HARD_BASELINE
     if fmt != "auto" and fmt not in FORMATS:
         raise ArenaError(f"unknown judgment format {fmt!r}: use auto or one of {', '.join(FORMATS)}")
     report = JudgmentImport()
-    grades: dict[tuple[str, str], dict[str, tuple[float, str]]] = defaultdict(dict)
+    grades: dict[tuple[str, str, str], Grade] = {}  # (prompt, model, judge): a later record replaces an earlier
     for path in paths:
         if not path.is_file():
             raise ArenaError(f"judgment file not found: {path}")
         for row in iter_rows(path):
             where, rec = row.where, row.data
-            if row.kind is not None or bad_bytes(rec) or not isinstance(rec, dict):
-                report.skipped.append(f"{where}: {row.reason or 'not valid UTF-8 or not a JSON object'}")
+            if row.kind is not None:
+                report.skips.append(Skip(where, row.reason, row.kind.replace("_", " ")))
+                continue
+            if bad_bytes(rec) or not isinstance(rec, dict):
+                why = "not valid UTF-8" if bad_bytes(rec) else "not a JSON object"
+                report.skips.append(Skip(where, why, why))
                 continue
             try:
                 kind = detect_format(rec) if fmt == "auto" else fmt
@@ -214,17 +265,19 @@ def read_judgments(paths: Sequence[Path], *, baseline: str = ARENA_HARD_BASELINE
                     qid, model, score = rec.get("question_id"), rec.get("model"), rec.get("score")
                     if qid is None or not isinstance(model, str) or not model:
                         raise ValueError("FastChat single judgment needs 'question_id' and 'model'")
-                    if isinstance(score, bool) or not isinstance(score, (int, float)):
-                        raise ValueError(f"score {score!r} is not a number")
-                    if score == -1:  # FastChat's mark of a failed grading; show_result.py drops it
-                        report.skipped.append(f"{where}: score -1 (FastChat's failed grading) left out")
-                        continue
-                    key = (turn_prompt_id(qid, _turn(rec)), judge or judge_name(rec.get("judge")))
-                    grades[key][model] = (float(score), str(rec.get("judgment") or ""))
+                    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+                        raise RecordError("score is not a number", f"score {score!r} is not a number")
+                    pid, name = turn_prompt_id(qid, _turn(rec)), judge or judge_name(rec.get("judge"))
+                    # -1 (or null) is FastChat's mark of a failed grading: kept as a failure, not a grade
+                    grade = None if score is None or score == -1 else float(score)
+                    report.failed_grades += grade is None
+                    grades[(pid, model, name)] = Grade(prompt_id=pid, model=model, judge=name, score=grade,
+                                                       text=str(rec.get("judgment") or ""))
                 report.formats.add(kind)
             except (ValueError, TypeError, KeyError) as err:
-                report.skipped.append(f"{where}: {err}")
-    report.judgments.extend(_single_games(grades))
+                report.skips.append(Skip(where, str(err), _skip_kind(err)))
+    report.grades = list(grades.values())
+    report.judgments.extend(grade_games(report.grades))
     return report
 
 
@@ -238,7 +291,13 @@ def _by_pair(judgments: Iterable[Judgment]) -> dict[tuple[str, str, str, str], l
 
 
 def peer_battles(judgments: Iterable[Judgment], fmt: str, strong_weight: int = 3) -> list[Battle]:
-    """Return the battles of imported games by their tool's rules: a pair with a failed game is left out."""
+    """Return the battles of imported games by their tool's rules.
+
+    arena-hard (v0.1's show_result.py): a failed game is left out alone; FastChat: a pair with a
+    failed game is left out.
+    """
+    if fmt == "arena-hard":
+        return combine_games(list(judgments), 0.0, mode=COMBINE[fmt], strong_weight=strong_weight)
     groups = _by_pair(judgments)
     complete = [j for games in groups.values() if all(g.status == "ok" for g in games) for j in games]
     return combine_games(complete, 0.0, mode=COMBINE[fmt], strong_weight=strong_weight)
@@ -284,7 +343,11 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def write_arena_hard(judgments: Sequence[Judgment], baseline: str, out_dir: Path,
                      categories: dict[str, str] | None = None) -> ExportReport:
-    """Write arena-hard ``model_judgment`` files, ``out_dir/<model>.jsonl``: the games against ``baseline``."""
+    """Write arena-hard ``model_judgment`` files, ``out_dir/<model>.jsonl``: the games against ``baseline``.
+
+    Each record has ``question_id`` (arena-hard-auto v0.1's field) and ``uid`` (v2.0's); a failed game
+    is written with ``"score": null``, which both versions' scripts leave out.
+    """
     report = ExportReport()
     pairs, report.left_out = _pairs(j for j in judgments if baseline in (j.model_a, j.model_b))
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -292,7 +355,8 @@ def write_arena_hard(judgments: Sequence[Judgment], baseline: str, out_dir: Path
         if g1.model_a != baseline:  # game 1 shows the baseline as A
             g1, g2 = g2, g1
         model = g1.model_b
-        row: dict[str, Any] = {"uid": g1.prompt_id, "model": model, "judge": g1.judge}
+        # question_id: what v0.1's show_result.py reads; uid: the v2.0 layout's name of the same id
+        row: dict[str, Any] = {"question_id": g1.prompt_id, "uid": g1.prompt_id, "model": model, "judge": g1.judge}
         if categories and g1.prompt_id in categories:
             row["category"] = categories[g1.prompt_id]
         row["games"] = [{"user_prompt": "", "judgment": g.raw, "score": _label(g)} for g in (g1, g2)]
@@ -337,24 +401,43 @@ def write_fastchat_pair(judgments: Sequence[Judgment], path: Path, prompt_name: 
     return report
 
 
-def write_fastchat_single(judgments: Sequence[Judgment], path: Path, prompt_name: str = "single-v1") -> ExportReport:
-    """Write FastChat's single judgment JSONL: each (question, model, turn) grade once, from single-grade games."""
+def write_fastchat_single(judgments: Sequence[Judgment], path: Path, prompt_name: str = "single-v1",
+                          grades: Sequence[Grade] = ()) -> ExportReport:
+    """Write FastChat's single judgment JSONL: each (question, model, turn) grade once, from the stored ``grades``
+    (each with its text) and from single-grade games of a run.
+
+    An answer whose grading failed (no game carries its grade) is written with FastChat's score -1.
+    """
     report = ExportReport()
     rows: dict[tuple[str, str, int, str], dict[str, Any]] = {}
-    for j in judgments:
-        if j.status != "ok":
-            continue
+    lost: dict[tuple[str, str, int, str], str] = {}
+
+    def row(qid: str, model: str, turn: int, judge: str, text: str, score: float) -> dict[str, Any]:
+        return {"question_id": _qid(qid), "model": model,
+                "judge": [judge, prompt_name if turn == 1 else f"{prompt_name}-multi-turn"],
+                "user_prompt": "", "judgment": text, "score": score, "turn": turn, "tstamp": time.time()}
+
+    for g in grades:
+        qid, turn = split_turn(g.prompt_id)
+        rows[(qid, g.model, turn, g.judge)] = row(qid, g.model, turn, g.judge, g.text,
+                                                  -1 if g.score is None else g.score)
+    graded = {g.judge for g in grades}
+    for j in (j for j in judgments if j.judge not in graded):  # the grades' own games hold nothing more
         qid, turn0 = split_turn(j.prompt_id)
         texts = j.raw.split("\n---\n")
         n = len(j.scores_a) + len(j.scores_b)
         for side, (model, scores) in enumerate(((j.model_a, j.scores_a), (j.model_b, j.scores_b))):
+            if j.status != "ok" and not scores:
+                lost.setdefault((qid, model, turn0, j.judge), texts[side] if len(texts) == 2 else "")
             for k, score in enumerate(scores):
-                text = texts[side * len(j.scores_a) + k] if len(texts) == n else ""
-                turn = turn0 + k
-                rows.setdefault((qid, model, turn, j.judge), {
-                    "question_id": _qid(qid), "model": model,
-                    "judge": [j.judge, prompt_name if turn == 1 else f"{prompt_name}-multi-turn"],
-                    "user_prompt": "", "judgment": text, "score": score, "turn": turn, "tstamp": time.time()})
+                if len(texts) == n:
+                    text = texts[side * len(j.scores_a) + k]
+                else:  # a failed import game: two texts, one grade
+                    text = texts[side] if len(texts) == 2 and len(scores) == 1 else ""
+                rows.setdefault((qid, model, turn0 + k, j.judge), row(qid, model, turn0 + k, j.judge, text, score))
+    for key, text in lost.items():
+        if key not in rows:
+            rows[key] = row(*key, text, -1)
     _finish(list(rows.values()), path, report)
     return report
 
@@ -373,6 +456,6 @@ def _finish(rows: list[dict[str, Any]], path: Path, report: ExportReport) -> Non
     report.records = len(rows)
 
 
-__all__ = ["ARENA_HARD_BASELINE", "COMBINE", "FORMATS", "JudgmentImport", "detect_format",
+__all__ = ["ARENA_HARD_BASELINE", "COMBINE", "FORMATS", "JudgmentImport", "RecordError", "Skip", "detect_format",
            "judge_name", "peer_battles", "read_judgments", "split_turn", "turn_prompt_id", "write_arena_hard",
            "write_fastchat_pair", "write_fastchat_single"]

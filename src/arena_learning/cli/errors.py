@@ -1,5 +1,8 @@
 """How every command reports a user's mistake: the message on stderr and exit code 2, no traceback.
 
+Messages carry user text (file names, model names, record contents): it is printed as it is,
+never read as Rich markup (``[model, prompt]`` stays on screen).
+
 Data warnings raised while a command runs (``UserWarning`` and subclasses, e.g. a
 rating with no exact optimum) are printed on stderr too, after the command.
 """
@@ -15,6 +18,7 @@ from typing import ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import ArenaError
 
@@ -31,12 +35,12 @@ def reporting_errors() -> Iterator[None]:
         try:
             yield
         except ArenaError as e:
-            err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         finally:
             for w in caught:
                 if issubclass(w.category, UserWarning):
-                    err.print(f"[yellow]warning:[/] {w.message}", highlight=False, soft_wrap=True)
+                    err.print(f"[yellow]warning:[/] {escape(str(w.message))}", highlight=False, soft_wrap=True)
 
 
 def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
@@ -59,8 +63,9 @@ def write_report_or_warn(workspace: Path, console: Console) -> None:
     from ..report.html import write_report
 
     try:
-        console.print(f"report: {write_report(workspace)}")
+        console.print(escape(f"report: {write_report(workspace)}"))
     except Exception as err:  # any failure: an optional stage is reported, never fatal
-        console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
-                      f"are kept in {workspace}; retry with `arena report {workspace}`", highlight=False,
+        console.print("[yellow]warning:[/] the HTML report failed "
+                      + escape(f"({type(err).__name__}: {err}); the results are kept in {workspace}; retry with "
+                               f"`arena report {workspace}`"), highlight=False,
                       soft_wrap=True)

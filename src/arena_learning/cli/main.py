@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .. import pipeline
@@ -95,9 +96,9 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None, 
     try:
         err_console.print(f"report: {write_report(store.root)}")
     except Exception as err:
-        err_console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
-                          f"are kept in {store.root}; retry with `arena report {store.root}`", highlight=False,
-                          soft_wrap=True)
+        err_console.print("[yellow]warning:[/] the HTML report failed " + escape(
+            f"({type(err).__name__}: {err}); the results are kept in {store.root}; retry with "
+            f"`arena report {store.root}`"), highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -128,7 +129,8 @@ def print_battle_report(cfg: RunConfig, report: pipeline.BattleReport, usage: li
             f"after a retry, {s['failed']} failed (kept as failed judgments with their raw text); "
             f"{s['flagged']} judgments with an answer that addresses the judge", highlight=False)
     for model, n in report.missing.items():
-        err_console.print(f"[yellow]{model}: {n} pairings skipped for want of an answer (rerun `arena answer`)")
+        err_console.print("[yellow]" + escape(f"{model}: {n} pairings skipped for want of an answer (rerun "
+                                              "`arena answer`)"))
     print_usage(usage)
 
 
@@ -171,10 +173,10 @@ def import_answers(
         err_console.print(f"imported {n} answers of {name}")
     orphans = sum(1 for a in report.answers if a.prompt_id not in known)
     if orphans:
-        err_console.print(f"[yellow]{orphans} answers have no prompt in {workspace} yet: ingest their prompts "
-                          f"(`arena ingest QUESTIONS --out {workspace}`)")
+        err_console.print("[yellow]" + escape(f"{orphans} answers have no prompt in {workspace} yet: ingest their "
+                                              f"prompts (`arena ingest QUESTIONS --out {workspace}`)"))
     for line in report.skipped[:10]:
-        err_console.print(f"[yellow]skipped {line}", highlight=False)
+        err_console.print("[yellow]" + escape(f"skipped {line}"), highlight=False)
     if report.skipped:
         err_console.print(f"[yellow]{len(report.skipped)} records skipped")
 
@@ -208,7 +210,9 @@ def leaderboard(
 
         diff_board(workspace, diff[0], diff[1], json_out, judge)
         return
-    if baseline is not None or judge is not None:
+    # no run here, only imported judgments: the board of the only judge (judge_board picks it, or asks for --judge)
+    imported = judge is None and baseline is None and by is None and not style_control and _imported_only(workspace)
+    if baseline is not None or judge is not None or imported:
         from .peers import baseline_board, judge_board
 
         if by is not None or style_control:
@@ -316,6 +320,14 @@ def report(
     err_console.print(f"report written to {path}")
 
 
+def _imported_only(workspace: Path) -> bool:
+    """Return whether ``workspace`` holds judgments but no run config (only `arena import-judgments` wrote it)."""
+    if not (workspace / Store.FILE).is_file():
+        return False
+    with Store(workspace, readonly=True) as store:
+        return store.get_meta("config") is None and bool(store.judgment_judges())
+
+
 def _style_board(workspace: Path, json_out: bool) -> None:
     with Store(workspace, readonly=True) as store:
         result = pipeline.stage_style_control(pipeline.load_saved_config(store), store)
@@ -337,7 +349,7 @@ def _style_board(workspace: Path, json_out: bool) -> None:
     console.print("style coefficients (log-odds per SD of the normalised difference; + means the judge prefers "
                   f"more): {coefs}")
     for w in result.warnings:
-        err_console.print(f"[yellow]{w}")
+        err_console.print("[yellow]" + escape(str(w)))
 
 
 def _emit_board(ratings: list[Rating], json_out: bool) -> None:

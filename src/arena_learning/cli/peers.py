@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..arena.peers import (
@@ -31,7 +32,7 @@ from ..config import RatingConfig
 from ..errors import ArenaError
 from ..rating.baseline import BaselineRate, baseline_win_rates
 from ..records import Battle, Rating
-from ..store import Store
+from ..store import Store, grade_battles
 from .consoles import stdout_console
 from .errors import reporting_errors
 
@@ -40,7 +41,9 @@ IMPORT_HELP = (
     "MT-Bench pairwise (g1_winner/g2_winner) or single (score) judgment JSONL.\n\n"
     "The games are stored as the judge's judgments and turned into battles by the file's own tool's rules "
     "(arena-hard: each game a battle, strong verdicts counted --strong-weight times; FastChat pairwise: a tie "
-    "unless both orders agree; single: the higher grade wins). Rate them with `arena leaderboard WS --baseline M` "
+    "unless both orders agree; single: the higher grade wins, a grade of -1 or null is kept as a failed grading). "
+    "Records that cannot be read are counted by reason (reason, count, first file:line); --strict imports "
+    "nothing when any is. Files may be gzipped (.jsonl.gz). Rate them with `arena leaderboard WS --baseline M` "
     "or audit them with `arena judge-audit WS --compare-judge OTHER`."
 )
 EXPORT_HELP = (
@@ -66,15 +69,22 @@ def import_judgments_command(
     judge: Annotated[str | None, typer.Option(help="judge name to store them under (default: the files' own)")] = None,
     strong_weight: Annotated[int, typer.Option(
         "--strong-weight", min=1, help="arena-hard: battles a [[A>>B]] / [[B>>A]] game counts as")] = 3,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Import nothing when any record is skipped (the skip table says which and why).")] = False,
 ) -> None:
     """Import judgment files into a workspace (help text: ``IMPORT_HELP``)."""
     err = Console(stderr=True)
     with reporting_errors():
         report = read_judgments(files, baseline=baseline, judge=judge, fmt=fmt)
+        if report.skips and (strict or not report.judgments):
+            err.print(skip_table(report.skip_table()))
         if not report.judgments:
             first = f"; first problem: {report.skipped[0]}" if report.skipped else ""
             raise ArenaError(f"no judgments in {', '.join(map(str, files))} ({len(report.skipped)} records "
                              f"skipped{first}): nothing was imported; give arena-hard or FastChat judgment JSONL")
+        if strict and report.skips:
+            raise ArenaError(f"--strict: {len(report.skips)} records cannot be imported (reasons above): nothing "
+                             "was imported; fix them, or import without --strict to skip them")
         if len(report.formats) > 1:
             raise ArenaError(f"the files mix judgment formats ({', '.join(sorted(report.formats))}): import each "
                              "format on its own (battles are made by each format's rules)")
@@ -91,27 +101,51 @@ def import_judgments_command(
                     raise ArenaError(f"judge {name!r} in {workspace} holds {known['format']} judgments; these are "
                                      f"{kind}: import them under another name with --judge")
                 mine = [j for j in report.judgments if j.judge == name]
-                # A new file adds to what the judge had: same game (prompt, order) replaced, others kept.
-                games = {(j.prompt_id, j.model_a, j.model_b): j for j in existing}
-                games.update({(j.prompt_id, j.model_a, j.model_b): j for j in mine})
-                battles = peer_battles(games.values(), kind, strong_weight)
-                store.replace_judgments([name], games.values())
-                store.replace_battles(name, battles)
+                if kind == "fastchat-single":
+                    # Each grade stored once; its pairwise games and battles are derived when read. A new file
+                    # adds to what the judge had: the same answer's grade replaced, others kept.
+                    grades = {(g.prompt_id, g.model): g for g in store.get_grades(name)}
+                    grades.update({(g.prompt_id, g.model): g for g in report.grades if g.judge == name})
+                    store.replace_grades(name, grades.values())
+                    battles = grade_battles(grades.values())
+                else:
+                    # A new file adds to what the judge had: same game (prompt, order) replaced, others kept.
+                    games = {(j.prompt_id, j.model_a, j.model_b): j for j in existing}
+                    games.update({(j.prompt_id, j.model_a, j.model_b): j for j in mine})
+                    battles = peer_battles(games.values(), kind, strong_weight)
+                    store.replace_judgments([name], games.values())
+                    store.replace_battles(name, battles)
                 peers[name] = {"format": kind, "baseline": baseline if kind == "arena-hard" else None,
                                "strong_weight": strong_weight}
                 failed = sum(1 for j in mine if j.status != "ok")
-                err.print(f"judge {name}: {len(mine)} {kind} games imported ({failed} failed), "
-                          f"{len(battles)} battles in all", highlight=False, soft_wrap=True)
+                err.print(escape(f"judge {name}: {len(mine)} {kind} games imported ({failed} failed), "
+                                 f"{len(battles)} battles in all"), highlight=False, soft_wrap=True)
             store.set_meta(_META, peers)
-    for line in report.skipped[:10]:
-        err.print(f"[yellow]skipped {line}", highlight=False, soft_wrap=True)
-    if report.skipped:
-        err.print(f"[yellow]{len(report.skipped)} records skipped", highlight=False)
+    if report.failed_grades:
+        err.print(f"{report.failed_grades} grades marked failed (score -1 or null) kept as failed gradings: "
+                  "`arena scores` counts them", highlight=False, soft_wrap=True)
+    if report.skips:
+        err.print(skip_table(report.skip_table()))
+        err.print(f"[yellow]{len(report.skipped)} records skipped[/] (see the table; --strict makes this an error)",
+                  highlight=False)
+
+
+def skip_table(rows: list[tuple[str, int, str]]) -> Table:
+    """Return the skipped records as a table: reason, count, first file:line (user text printed as it is)."""
+    table = Table(title="records skipped", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    table.add_column("reason")
+    table.add_column("count", justify="right", no_wrap=True)
+    table.add_column("first at", no_wrap=True)
+    for reason, count, where in rows:
+        table.add_row(escape(reason), str(count), escape(where))
+    return table
 
 
 def export_judgments_command(
     workspace: Annotated[Path, typer.Argument(help="workspace directory")],
-    fmt: Annotated[str, typer.Option("--format", help=f"one of: {', '.join(FORMATS)}")],
+    fmt: Annotated[str, typer.Option("--format", help=f"one of: {', '.join(FORMATS)} (arena-hard: records carry "
+                                                      "both v0.1's question_id and v2.0's uid; fastchat-*: "
+                                                      "FastChat llm_judge's MT-Bench files)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="arena-hard: a directory; FastChat: a JSONL file")],
     judge: Annotated[str | None, typer.Option(help="the judge to export (default: the workspace's only one)")] = None,
     baseline: Annotated[str | None, typer.Option(
@@ -132,9 +166,9 @@ def export_judgments_command(
             elif fmt == "fastchat-pair":
                 report = write_fastchat_pair(judgments, out)
             else:
-                report = write_fastchat_single(judgments, out)
+                report = write_fastchat_single(judgments, out, grades=store.get_grades(name))
     err = Console(stderr=True)
-    err.print(f"judge {name}: {report.records} {fmt} records written to {out}", highlight=False)
+    err.print(escape(f"judge {name}: {report.records} {fmt} records written to {out}"), highlight=False)
     if report.left_out:
         err.print(f"[yellow]{report.left_out} pairs left out: judged in one order only ({fmt} needs both)",
                   highlight=False)
@@ -180,14 +214,22 @@ def _judge_battles(workspace: Path, judge: str | None) -> tuple[str, list[Battle
                          "to refresh them") from None
 
 
+def judge_ratings(workspace: Path, judge: str | None) -> tuple[str, list[Rating]]:
+    """Return (judge, the Bradley-Terry leaderboard of its battles), as ``arena leaderboard WS --judge J`` rates."""
+    from ..rating.bt import RateOptions, leaderboard
+
+    name, battles, r = _judge_battles(workspace, judge)
+    if not battles:
+        raise ArenaError(f"judge {name!r} has no battles in {workspace}: nothing to rate")
+    return name, leaderboard(battles, RateOptions(**r.model_dump()))
+
+
 def judge_board(workspace: Path, judge: str | None, json_out: bool, csv: Path | None = None) -> list[Rating]:
     """Print the Bradley-Terry leaderboard of one judge's battles (imported judgments need no run config)."""
-    from ..rating.bt import RateOptions, leaderboard
     from ..rating.export import ratings_to_json, write_leaderboard_csv
     from .tables import print_leaderboard
 
-    name, battles, r = _judge_battles(workspace, judge)
-    ratings = leaderboard(battles, RateOptions(**r.model_dump()))
+    name, ratings = judge_ratings(workspace, judge)
     if csv is not None:
         write_leaderboard_csv(ratings, csv)
     if json_out:
@@ -223,5 +265,5 @@ def baseline_table(rows: list[BaselineRate], baseline: str, judge: str, rounds: 
         ci = "-" if r.ci_low is None or r.ci_high is None else \
             f"(-{100 * (r.win_rate - r.ci_low):.1f} / +{100 * (r.ci_high - r.win_rate):.1f})"
         counts = ["", "", ""] if r.model == baseline else [f"{r.wins:g}", f"{r.ties:g}", f"{r.losses:g}"]
-        table.add_row(r.model, f"{100 * r.win_rate:.1f}%", ci, *counts, str(r.prompts))
+        table.add_row(escape(r.model), f"{100 * r.win_rate:.1f}%", ci, *counts, str(r.prompts))
     return table

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ArenaError
@@ -20,6 +21,10 @@ from ..rating.export import ratings_to_json, write_leaderboard_csv
 from .errors import reporting_errors as _user_errors
 from .tables import fmt as _fmt
 from .tables import print_leaderboard
+
+if TYPE_CHECKING:
+    from ..rating.boards import Board
+    from ..rating.consistency import Consistency
 
 __all__ = ["compare_command", "ratings_command", "ratings_to_json", "register", "write_leaderboard_csv"]
 
@@ -31,12 +36,15 @@ RATINGS_HELP = (
     "Rows with an unknown winner or a missing model are counted on stderr, not rated."
 )
 COMPARE_HELP = (
-    "Compare leaderboard BOARD_A with the reference leaderboard BOARD_B over the models on both.\n\n"
+    "Compare leaderboards with a reference leaderboard over the models on both: `arena compare BOARD_A REFERENCE`, "
+    "or several boards, one row each: `arena compare B1 B2 B3 REFERENCE` (or `--reference REF B1 B2 B3`).\n\n"
     "Prints Spearman and Kendall correlation, agreement with 95% CI, separability with 95% CI, the pair-rank "
-    "Brier score and WizardArena's average consistency. Known CSV layouts (arena-hard, AlpacaEval, "
-    "`arena ratings --csv`) are recognised by their columns; a directory is read as an arena workspace. "
-    "The --model-col, --score-col, --lower-col and --upper-col options name the columns of the reference "
-    "BOARD_B only; BOARD_A's layout is always recognised by its columns."
+    "Brier score and WizardArena's average consistency (the mean of Spearman, agreement and separability), "
+    "then how the model names were matched. A board is a CSV/JSON file (known layouts: arena-hard, AlpacaEval, "
+    "Chatbot Arena's table, `arena ratings --csv`, the JSON of `arena leaderboard --json` and `arena scores "
+    "--json`; gzipped too) or a workspace (its run's board, or with --judge a judge's battles rated with "
+    "Bradley-Terry). --model-col, --score-col, --lower-col, --upper-col, --se-col name the reference's columns; "
+    "--board-model-col and the other --board-* options those of the boards compared with it."
 )
 
 
@@ -91,44 +99,123 @@ def ratings_command(
 
 
 def compare_command(
-    board_a: Annotated[str, typer.Argument(
-        help="The leaderboard to check: a CSV/JSON file or an arena workspace directory.")],
-    board_b: Annotated[str, typer.Argument(
-        help="The reference leaderboard (e.g. human Chatbot Arena, arena-hard, AlpacaEval CSV).")],
+    boards: Annotated[list[str], typer.Argument(
+        help="Leaderboards: CSV/JSON files (gzipped or not; the JSON of `arena leaderboard --json` or "
+             "`arena scores --json`) or workspaces. The last is the reference unless --reference names it.",
+        metavar="BOARD_A [BOARD ...] REFERENCE")],
+    reference: Annotated[str | None, typer.Option(
+        "--reference", help="The reference board; then every BOARD is compared with it, one row each.")] = None,
+    judge: Annotated[str | None, typer.Option(
+        help="A workspace's judge whose battles to rate (default: the run's board, or the only judge).")] = None,
     model_col: Annotated[str | None, typer.Option(
-        help="Model-name column of BOARD_B (default: guessed, else 'model'); BOARD_A is always guessed.")] = None,
+        help="Model-name column of the reference (default: guessed, else 'model').")] = None,
     score_col: Annotated[str | None, typer.Option(
-        help="Score column of BOARD_B, higher is better (default: guessed, else 'score').")] = None,
+        help="Score column of the reference, higher is better (default: guessed, else 'score').")] = None,
     lower_col: Annotated[str | None, typer.Option(
-        help="Lower bound of BOARD_B's 95% interval (default: guessed, else 'lower').")] = None,
+        help="Lower bound of the reference's 95% interval (default: guessed, else 'lower').")] = None,
     upper_col: Annotated[str | None, typer.Option(
-        help="Upper bound of BOARD_B's 95% interval (default: guessed, else 'upper').")] = None,
+        help="Upper bound of the reference's 95% interval (default: guessed, else 'upper').")] = None,
+    se_col: Annotated[str | None, typer.Option(
+        help="Standard-error column of the reference: the 95% interval is +-1.96 SE (default: guessed).")] = None,
+    cand_model_col: Annotated[str | None, typer.Option(
+        "--board-model-col", help="Model-name column of the boards compared with the reference.")] = None,
+    cand_score_col: Annotated[str | None, typer.Option(
+        "--board-score-col", help="Score column of the boards compared with the reference.")] = None,
+    cand_lower_col: Annotated[str | None, typer.Option(
+        "--board-lower-col", help="Lower-bound column of the boards compared with the reference.")] = None,
+    cand_upper_col: Annotated[str | None, typer.Option(
+        "--board-upper-col", help="Upper-bound column of the boards compared with the reference.")] = None,
+    cand_se_col: Annotated[str | None, typer.Option(
+        "--board-se-col", help="Standard-error column of the boards compared with the reference.")] = None,
+    aliases: Annotated[Path | None, typer.Option(
+        "--aliases", help="CSV of two columns (no header needed): a model's name on one board and its name on "
+                          "the other, either way round.")] = None,
     match: Annotated[str, typer.Option(
-        help="Model-name matching: 'loose' (case, '_' vs '-' ignored) or 'exact'.")] = "loose",
+        help="Model-name matching: 'loose' (organisation prefix, case, separators, -hf ignored; versions "
+             "compared) or 'exact'.")] = "loose",
     as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
 ) -> None:
-    """Print the consistency of two leaderboards (help text: ``COMPARE_HELP``)."""
-    from ..rating.boards import read_board
+    """Print the consistency of leaderboards with a reference (help text: ``COMPARE_HELP``)."""
     from ..rating.consistency import compare_boards
 
     with _user_errors():
-        # The column options describe the reference, usually a foreign CSV; BOARD_A is most often our own export.
-        a = read_board(board_a)
-        b = read_board(board_b, model_col=model_col, score_col=score_col, lower_col=lower_col, upper_col=upper_col)
-        result = compare_boards(a.entries, b.entries, match=match)
-        if result.n_models < 2:
-            raise ArenaError(
-                f"only {result.n_models} model(s) are on both boards; nothing to compare "
-                "(check the names, or try --match loose)"
-            )
+        if reference is None:
+            if len(boards) < 2:
+                raise ArenaError("give at least two leaderboards (the last is the reference), or --reference REF")
+            *cands, reference = boards
+        else:
+            cands = boards
+        ref = _read_any_board(reference, judge, "--model-col, --score-col, --lower-col, --upper-col, "
+                              "--se-col", model_col=model_col, score_col=score_col, lower_col=lower_col,
+                              upper_col=upper_col, se_col=se_col)
+        table = _read_aliases(aliases) if aliases is not None else None
+        results = []
+        for source in cands:
+            board = _read_any_board(source, judge, "--board-model-col, --board-score-col, "
+                                    "--board-lower-col, --board-upper-col, --board-se-col", model_col=cand_model_col,
+                                    score_col=cand_score_col, lower_col=cand_lower_col, upper_col=cand_upper_col,
+                                    se_col=cand_se_col)
+            result = compare_boards(board.entries, ref.entries, match=match, aliases=table)
+            if result.n_models < 2:
+                raise ArenaError(
+                    f"only {result.n_models} model(s) are on both boards ({board.source} and the reference "
+                    f"{ref.source}); nothing to compare (check the names, give --aliases FILE, or try --match loose)"
+                )
+            results.append((board, result))
         if as_json:
-            out = result.to_dict()
-            out.update(board_a=a.source, board_b=b.source, layout_a=a.layout, layout_b=b.layout)
-            typer.echo(json.dumps(out, indent=2))
+            rows = []
+            for board, result in results:
+                out = result.to_dict()
+                out.update(board_a=board.source, board_b=ref.source, layout_a=board.layout, layout_b=ref.layout,
+                           notes_a=board.notes, notes_b=ref.notes)
+                rows.append(out)
+            typer.echo(json.dumps(rows[0] if len(rows) == 1 else {"reference": ref.source, "boards": rows}, indent=2))
             return
-        console = Console()
-        names = f"{Path(a.source).name} vs reference {Path(b.source).name}"
-        t = Table(title=f"{names}: {result.n_models} models on both")
+        _print_comparison(results, ref)
+
+
+def _read_any_board(source: str, judge: str | None, options: str, **cols: str | None) -> Board:
+    """Return the board at ``source``: a workspace by its judge's battles (or its run), else a file."""
+    from ..rating.boards import Board, read_board
+    from ..store import Store
+
+    path = Path(source)
+    if path.is_dir() and (path / Store.FILE).is_file():
+        with Store(path, readonly=True) as store:
+            has_run = store.get_meta("config") is not None
+        if judge is not None or not has_run:
+            from .peers import judge_ratings
+
+            name, ratings = judge_ratings(path, judge)
+            return Board(str(path), f"workspace (judge {name})", ratings)
+    return read_board(source, options=options, **cols)
+
+
+def _read_aliases(path: Path) -> dict[str, str]:
+    """Return the name pairs of an aliases CSV: two columns, a header row optional (its names are kept as a pair)."""
+    import csv
+
+    if not path.is_file():
+        raise ArenaError(f"aliases file not found: {path} (a CSV of two columns: name on one board, on the other)")
+    out: dict[str, str] = {}
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        for n, row in enumerate(csv.reader(fh), 1):
+            cells = [c.strip() for c in row if c.strip()]
+            if not cells or cells[0].startswith("#"):
+                continue
+            if len(cells) != 2:
+                raise ArenaError(f"{path}:{n}: an alias row has two names (one per board), not {len(cells)}")
+            out[cells[0]] = cells[1]
+    return out
+
+
+def _print_comparison(results: list[tuple[Board, Consistency]], ref: Board) -> None:
+    console = Console()
+    err = Console(stderr=True)
+    if len(results) == 1:
+        board, result = results[0]
+        names = f"{Path(board.source).name} vs reference {Path(ref.source).name}"
+        t = Table(title=escape(f"{names}: {result.n_models} models on both"))
         t.add_column("metric")
         t.add_column("value", justify="right")
         t.add_column("note")
@@ -142,12 +229,51 @@ def compare_command(
         t.add_row("average consistency", _fmt(result.average, 3),
                   "WizardArena: mean of Spearman, agreement, separability")
         console.print(t)
-        if result.only_in_candidate or result.only_in_reference:
-            console.print(
-                f"not on both boards: {len(result.only_in_candidate)} only in BOARD_A, "
-                f"{len(result.only_in_reference)} only in BOARD_B",
-                highlight=False,
-            )
+    else:
+        t = Table(title=escape(f"each board against the reference {Path(ref.source).name} (WizardArena's Table 2)"))
+        for col in ("board", "models", "Spearman", "Kendall", "agreement", "separability", "Brier", "average"):
+            t.add_column(col, justify="left" if col == "board" else "right")
+        for board, r in results:
+            t.add_row(escape(Path(board.source).name), str(r.n_models), _fmt(r.spearman, 3), _fmt(r.kendall, 3),
+                      _fmt(r.agreement, 3), _fmt(r.separability, 3), _fmt(r.brier, 4), _fmt(r.average, 3))
+        console.print(t)
+        console.print("average: the mean of Spearman, agreement and separability (WizardArena's average consistency)",
+                      highlight=False)
+    for note in ref.notes:
+        err.print(escape(f"reference {ref.source}: {note}"), highlight=False, soft_wrap=True)
+    for board, result in results:
+        label = Path(board.source).name
+        for note in board.notes:
+            err.print(escape(f"{board.source}: {note}"), highlight=False, soft_wrap=True)
+        for which, missing in ((f"board {label}", result.no_interval_candidate),
+                               (f"the reference {Path(ref.source).name}", result.no_interval_reference)):
+            if missing:
+                err.print(escape(f"{which} has no intervals for {missing} of {result.n_models} models: "
+                                 "agreement and separability need them (give bounds or a standard-error column)"),
+                          highlight=False, soft_wrap=True)
+        _print_names(console, label, result)
+
+
+def _print_names(console: Console, label: str, result: Consistency) -> None:
+    """Print how the names met: every match that is not exact, the names refused, the names on one board only."""
+    exact = sum(1 for _, _, how in result.matches if how == "exact")
+    other = [m for m in result.matches if m[2] != "exact"]
+    console.print(escape(f"names of {label}: {exact} matched exactly, {len(other)} otherwise, "
+                         f"{len(result.only_in_candidate)} only on this board, {len(result.only_in_reference)} only "
+                         "on the reference"), highlight=False)
+    if other or result.refused:
+        t = Table(title=escape(f"names of {label} matched not exactly (or refused)"), title_justify="left")
+        for col in ("board", "reference", "how"):
+            t.add_column(col)
+        for c, r, how in other:
+            t.add_row(escape(c), escape(r), escape(how))
+        for c, r, why in result.refused:
+            t.add_row(escape(c), escape(r), escape(f"not matched: {why}"))
+        console.print(t)
+    if result.only_in_candidate:
+        console.print(escape(f"only on {label}: {', '.join(result.only_in_candidate)}"), highlight=False)
+    if result.only_in_reference:
+        console.print(escape(f"only on the reference: {', '.join(result.only_in_reference)}"), highlight=False)
 
 
 def diff_board(workspace: Path, model: str, other: str, json_out: bool, judge: str | None = None) -> None:

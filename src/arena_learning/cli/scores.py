@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ArenaError
@@ -34,7 +35,10 @@ LC_HELP = (
     "Raw and length-controlled win rate of every model against a reference model (AlpacaEval 2): the LC win "
     "rate is what a logistic model of the judge's preferences, with terms for the model, the normalised length "
     "difference (tanh) and the instruction's difficulty, predicts with no length difference, averaged over "
-    "prompts. 95% CIs by bootstrap over prompts. Lengths are characters of the answers."
+    "prompts. 95% CIs by bootstrap over prompts. Lengths are characters of the answers.\n\n"
+    "The length slope is the judge's and is pooled over the models by default (a model longer than the "
+    "reference on nearly every prompt cannot tell it from its quality on its own; such a model is named in a "
+    "warning); --length-slope per-model fits one per model, as AlpacaEval does."
 )
 
 
@@ -50,7 +54,8 @@ def register(app: typer.Typer) -> None:
 def scores_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory of a run.")],
     judge: Annotated[str | None, typer.Option(
-        help="Judge whose grades to use (default: the run's judge; a panel member by name).")] = None,
+        help="Judge whose grades to use (default: the run's judge, or the workspace's only judge; a panel member "
+             "by name).")] = None,
     bootstrap: Annotated[int, typer.Option(
         "--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CI (0: none).")] = 1000,
     json_out: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
@@ -61,37 +66,39 @@ def scores_command(
     with Store(workspace, readonly=True) as store:
         # judgments imported with `arena import-judgments` need no run config, only --judge
         cfg = load_saved_config(store) if store.get_meta("config") is not None else None
+        if cfg is None and judge is None and len(store.judgment_judges()) == 1:
+            judge = store.judgment_judges()[0]  # imported judgments of one judge: nothing to choose
         name, rows = stage_scores(cfg, store, judge, bootstrap=bootstrap, seed=cfg.ratings.seed if cfg else 0)
     if json_out:
         sys.stdout.write(json.dumps({"judge": name, "models": [r.as_dict() for r in rows]}, indent=2) + "\n")
         return
     turns = sorted({t for r in rows for t in r.turns})
     cats = sorted({c for r in rows for c in r.categories})
-    table = Table(title=f"scores by {name} (mean grade; n = graded turns)", title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1), pad_edge=False)
+    table = Table(title=escape(f"scores by {name} (mean grade; n = graded turns)"), title_justify="left",
+                  box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     table.add_column("model", no_wrap=True)
     for col in ("mean", "95% CI", *(f"turn {t}" for t in turns), "graded", "failed"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in rows:
         ci = f"{r.ci_low:.2f}..{r.ci_high:.2f}" if r.ci_low is not None and r.ci_high is not None else "-"
         cells = [f"{fmt(r.turns[t].mean, 2)} ({r.turns[t].n})" if t in r.turns else "-" for t in turns]
-        table.add_row(r.model, fmt(r.mean, 2), ci, *cells, str(r.graded), str(r.failed))
+        table.add_row(escape(r.model), fmt(r.mean, 2), ci, *cells, str(r.graded), str(r.failed))
     stdout_console().print(table)
     if len(cats) > 1 or (cats and cats != ["-"]):
         by_cat = Table(title="by category (n)", title_justify="left", box=box.SIMPLE_HEAD,
                        padding=(0, 1), pad_edge=False)
         by_cat.add_column("model", no_wrap=True)
         for c in cats:
-            by_cat.add_column(c, justify="right", no_wrap=True)
+            by_cat.add_column(escape(c), justify="right", no_wrap=True)
         for r in rows:
-            by_cat.add_row(r.model, *(f"{fmt(r.categories[c].mean, 2)} ({r.categories[c].n})"
+            by_cat.add_row(escape(r.model), *(f"{fmt(r.categories[c].mean, 2)} ({r.categories[c].n})"
                                       if c in r.categories else "-" for c in cats))
         stdout_console().print(by_cat)
     failed = sum(r.failed for r in rows)
     if failed:
-        Console(stderr=True).print(f"[yellow]{failed} answer{'s have' if failed > 1 else ' has'} no grade: "
-                                   "the judgments failed (kept with the "
-                                   "judge's raw text; `arena battle` with more `judge.retries` asks again)",
+        Console(stderr=True).print(f"[yellow]{failed} grading{'s' if failed > 1 else ''} failed and left no grade "
+                                   "(kept with the judge's raw text; in a run, `arena battle` with more "
+                                   "`judge.retries` asks again)",
                                    highlight=False, soft_wrap=True)
 
 
@@ -104,6 +111,9 @@ def lc_winrate_command(
     bootstrap: Annotated[int, typer.Option(
         "--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CIs (0: none).")] = 200,
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
+    length_slope: Annotated[str, typer.Option(
+        "--length-slope", help="'pooled': one length slope for every model (the judge's; default), or "
+                               "'per-model' (AlpacaEval's form).")] = "pooled",
 ) -> None:
     """Print raw and length-controlled win rates against ``reference`` (help text: ``LC_HELP``)."""
     from ..pipeline import load_saved_config, stage_lc_winrates
@@ -113,11 +123,12 @@ def lc_winrate_command(
         reference = reference or cfg.battles.baseline
         if reference is None:
             raise ArenaError("name the reference model with --reference M (the run has no battles.baseline)")
-        rows = stage_lc_winrates(cfg, store, reference, bootstrap=bootstrap)
+        rows = stage_lc_winrates(cfg, store, reference, bootstrap=bootstrap, length_slope=length_slope)
     if json_out:
         sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
         return
-    table = Table(title=f"win rate against {reference}, raw and length-controlled (percent)", title_justify="left",
+    table = Table(title=escape(f"win rate against {reference}, raw and length-controlled (percent; length slope "
+                               f"{length_slope})"), title_justify="left",
                   box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     table.add_column("model", no_wrap=True)
     for col in ("LC win rate", "95% CI", "win rate", "95% CI", "battles", "avg length", "length coef"):
@@ -127,9 +138,12 @@ def lc_winrate_command(
         return f"{lo:.1f}..{hi:.1f}" if lo is not None and hi is not None else "-"
 
     for r in rows:
-        table.add_row(r.model, fmt(r.lc_win_rate), ci(r.lc_low, r.lc_high), fmt(r.win_rate), ci(r.win_low, r.win_high),
+        name = escape(r.model) + ("" if r.length_identified else " *")
+        table.add_row(name, fmt(r.lc_win_rate), ci(r.lc_low, r.lc_high), fmt(r.win_rate), ci(r.win_low, r.win_high),
                       str(r.battles), f"{r.avg_length:.0f} (ref {r.reference_avg_length:.0f})", f"{r.length_coef:+.2f}")
     stdout_console().print(table)
+    if not all(r.length_identified for r in rows):
+        stdout_console().print("* its own length term is not identified (see the warning)", highlight=False)
 
 
 def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
@@ -150,4 +164,5 @@ def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
         n = sum(r.battles for r in board) // 2
         stdout_console().print(leaderboard_table(board, title=f"{by} {name} ({n} battles)"))
     for name, why in skipped.items():
-        Console(stderr=True).print(f"[yellow]{by} {name}: no leaderboard ({why})", highlight=False, soft_wrap=True)
+        Console(stderr=True).print("[yellow]" + escape(f"{by} {name}: no leaderboard ({why})"), highlight=False,
+                                   soft_wrap=True)

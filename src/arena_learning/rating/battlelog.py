@@ -21,6 +21,7 @@ per distinct model name or winner label and everything per row is numpy on codes
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ class BattleLogReport:
 
 def _first_bad_line(path: Path) -> str | None:
     """Return ``path:line`` of the first line of a JSONL file that is not one JSON object, or None."""
-    with open(path, "rb") as fh:
+    with (gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb")) as fh:
         for lineno, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
@@ -92,9 +93,11 @@ def read_battle_log(path: str | Path) -> tuple[BattleTable, BattleLogReport]:
     p = Path(path)
     if not p.is_file():
         raise ArenaError(f"battle log not found: {p} (give a .json, .jsonl or .parquet file)")
-    suffix = p.suffix.lower()
-    if suffix not in (".parquet", ".jsonl", ".ndjson", ".json", ".csv"):
-        raise ArenaError(f"battle log {p} has an unknown extension {suffix!r}: use .json, .jsonl, .parquet or .csv")
+    # a gzipped log (.jsonl.gz, .json.gz, .csv.gz) is read as the file inside it (pandas infers gzip)
+    suffix = Path(p.stem).suffix.lower() if p.suffix.lower() == ".gz" else p.suffix.lower()
+    if suffix not in (".parquet", ".jsonl", ".ndjson", ".json", ".csv") or (suffix == ".parquet" and p.suffix == ".gz"):
+        raise ArenaError(f"battle log {p} has an unknown extension {suffix!r}: use .json, .jsonl, .parquet or .csv "
+                         "(all but Parquet may be gzipped: .jsonl.gz)")
     columns, n = _read_parquet(p) if suffix == ".parquet" else _read_with_pandas(p, suffix)
     if n == 0:
         raise ArenaError(f"battle log {p} has no rows")

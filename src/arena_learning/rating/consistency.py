@@ -17,6 +17,13 @@ The metrics of the Arena-Hard paper (Li et al., 2024) and of WizardArena (Arena 
 * WizardArena's average consistency: the mean of Spearman, agreement and the candidate's
   separability.
 
+Model names are matched across boards (``match_names``) exactly first, then by an aliases
+table the user gives, then loosely: the organisation prefix (``mistralai/``), case, ``-hf``
+and separators (``-``, ``_``, spaces) ignored, the version number (``v0.1``) compared on its
+own. Two different version numbers never match (``v0.2`` is not ``v0.1``); a name with a
+version matches one without only when nothing closer does, and every match that is not exact
+is reported with how it was made.
+
 Two intervals "overlap" unless one lies strictly above the other. A model without an
 interval separates from nobody. The reference decides which pairs are judged: a pair the
 reference cannot separate (no interval, or overlapping ones) is left out of the agreement.
@@ -29,7 +36,8 @@ over the models that have an interval.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 
@@ -45,6 +53,87 @@ MATCH_CHOICES = ("loose", "exact")
 def loose_name(name: str) -> str:
     """Return the name used to match models across boards: lower case, ``_`` as ``-``, no spaces."""
     return "".join(name.lower().replace("_", "-").split())
+
+
+_VERSION = re.compile(r"(?:^|[-_ .])v(\d+(?:\.\d+)*)(?=$|[-_ ])")
+_HF_SUFFIX = re.compile(r"[-_]hf$")
+
+
+def name_key(name: str) -> tuple[str, str | None]:
+    """Return (base, version) of a model name for loose matching.
+
+    ``mistralai/Mixtral-8x7B-Instruct-v0.1`` -> ("mixtral8x7binstruct", "0.1"),
+    ``Llama-2-70b-chat-hf`` -> ("llama270bchat", None), ``gpt4_1106_preview`` -> ("gpt41106preview", None).
+    """
+    s = name.strip().lower().rsplit("/", 1)[-1]
+    s = _HF_SUFFIX.sub("", s)
+    versions = _VERSION.findall(s)
+    version = versions[-1] if versions else None
+    if version is not None:
+        s = _VERSION.sub("", s)
+    return re.sub(r"[-_\s]+", "", s), version
+
+
+@dataclass
+class NameMatch:
+    """How the names of a candidate board met those of the reference."""
+
+    pairs: list[tuple[str, str, str]] = field(default_factory=list)  # (candidate, reference, how)
+    only_in_candidate: list[str] = field(default_factory=list)
+    only_in_reference: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str, str]] = field(default_factory=list)  # (candidate, reference, why not)
+
+    @property
+    def not_exact(self) -> list[tuple[str, str, str]]:
+        return [p for p in self.pairs if p[2] != "exact"]
+
+
+def match_names(candidate: Sequence[str], reference: Sequence[str], *, match: str = "loose",
+                aliases: Mapping[str, str] | None = None) -> NameMatch:
+    """Return which candidate name is which reference name (see the module docstring).
+
+    ``aliases``: name -> name, either way round (a candidate's name to the reference's, or back).
+    ``match="exact"``: exact names and aliases only.
+    """
+    if match not in MATCH_CHOICES:
+        raise ArenaError(f"unknown match option {match!r}: use one of {', '.join(MATCH_CHOICES)}")
+    out = NameMatch()
+    cand_left = list(dict.fromkeys(candidate))
+    ref_left = list(dict.fromkeys(reference))
+
+    def take(c: str, r: str, how: str) -> None:
+        out.pairs.append((c, r, how))
+        cand_left.remove(c)
+        ref_left.remove(r)
+
+    for c in [c for c in cand_left if c in ref_left]:
+        take(c, c, "exact")
+    for a, b in (aliases or {}).items():
+        for c, r in ((a, b), (b, a)):
+            if c in cand_left and r in ref_left:
+                take(c, r, "alias")
+    if match == "loose":
+        for how, key in (("loose", name_key), ("version dropped", lambda n: (name_key(n)[0], None))):
+            c_keys: dict[tuple[str, str | None], list[str]] = {}
+            r_keys: dict[tuple[str, str | None], list[str]] = {}
+            for c in cand_left:
+                c_keys.setdefault(key(c), []).append(c)
+            for r in ref_left:
+                r_keys.setdefault(key(r), []).append(r)
+            for k, cs in c_keys.items():
+                rs = r_keys.get(k, [])
+                if len(cs) != 1 or len(rs) != 1:
+                    continue  # ambiguous (or absent): left unmatched, never guessed
+                (c,), (r,) = cs, rs
+                vc, vr = name_key(c)[1], name_key(r)[1]
+                if vc is not None and vr is not None and vc != vr:
+                    out.refused.append((c, r, f"different versions (v{vc}, v{vr}); match them with --aliases "
+                                              "if they are one model"))
+                    continue
+                take(c, r, how if vc == vr else "version dropped")
+    out.only_in_candidate = sorted(cand_left)
+    out.only_in_reference = sorted(ref_left)
+    return out
 
 
 @dataclass
@@ -66,6 +155,10 @@ class Consistency:
     average: float | None
     only_in_candidate: list[str] = field(default_factory=list)
     only_in_reference: list[str] = field(default_factory=list)
+    matches: list[tuple[str, str, str]] = field(default_factory=list)  # (candidate, reference, how)
+    refused: list[tuple[str, str, str]] = field(default_factory=list)  # names not matched: (cand, ref, why)
+    no_interval_candidate: int = 0  # models on both boards without an interval on the candidate
+    no_interval_reference: int = 0
 
     @property
     def n_models(self) -> int:
@@ -166,30 +259,26 @@ def compare_boards(
     *,
     match: str = "loose",
     ci: float = 0.95,
+    aliases: Mapping[str, str] | None = None,
 ) -> Consistency:
     """Return the consistency of ``candidate`` with ``reference`` over the models on both.
 
-    ``match="loose"`` matches names case-insensitively with ``_`` = ``-`` (``loose_name``);
-    ``"exact"`` needs identical names.
+    Names are matched by ``match_names`` (``match``: ``loose`` or ``exact``; ``aliases``).
     """
-    if match not in MATCH_CHOICES:
-        raise ArenaError(f"unknown match option {match!r}: use one of {', '.join(MATCH_CHOICES)}")
-    key: Callable[[str], str] = loose_name if match == "loose" else (lambda s: s)
-    cand = _index(candidate, key, "candidate")
-    ref = _index(reference, key, "reference")
-    shared = [k for k in cand if k in ref]
-    only_c = sorted(cand[k].model for k in cand if k not in ref)
-    only_r = sorted(ref[k].model for k in ref if k not in cand)
-    models = [cand[k].model for k in shared]
+    cand = _index(candidate, "candidate")
+    ref = _index(reference, "reference")
+    names = match_names(list(cand), list(ref), match=match, aliases=aliases)
+    models = [c for c, _, _ in names.pairs]
 
-    def arrays(board: dict[str, Rating]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        score = np.array([board[k].rating for k in shared], dtype=np.float64)
-        lo = np.array([np.nan if board[k].ci_low is None else board[k].ci_low for k in shared], dtype=np.float64)
-        hi = np.array([np.nan if board[k].ci_high is None else board[k].ci_high for k in shared], dtype=np.float64)
+    def arrays(board: dict[str, Rating], keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        score = np.array([board[k].rating for k in keys], dtype=np.float64)
+        lo = np.array([np.nan if board[k].ci_low is None else board[k].ci_low for k in keys], dtype=np.float64)
+        hi = np.array([np.nan if board[k].ci_high is None else board[k].ci_high for k in keys], dtype=np.float64)
         return score, lo, hi
 
-    cs, cl, ch = arrays(cand)
-    rs, rl, rh = arrays(ref)
+    cs, cl, ch = arrays(cand, models)
+    rs, rl, rh = arrays(ref, [r for _, r, _ in names.pairs])
+    shared = models
     spearman = kendall = None
     if len(shared) >= 3 and np.ptp(cs) > 0 and np.ptp(rs) > 0:
         spearman = float(stats.spearmanr(cs, rs).statistic)
@@ -213,21 +302,21 @@ def compare_boards(
         separable_pairs=n_sep,
         brier=brier,
         average=average,
-        only_in_candidate=only_c,
-        only_in_reference=only_r,
+        only_in_candidate=names.only_in_candidate,
+        only_in_reference=names.only_in_reference,
+        matches=names.pairs,
+        refused=names.refused,
+        no_interval_candidate=int((np.isnan(cl) | np.isnan(ch)).sum()),
+        no_interval_reference=int((np.isnan(rl) | np.isnan(rh)).sum()),
     )
 
 
-def _index(board: Sequence[Rating], key: Callable[[str], str], which: str) -> dict[str, Rating]:
+def _index(board: Sequence[Rating], which: str) -> dict[str, Rating]:
     out: dict[str, Rating] = {}
     for r in board:
-        k = key(r.model)
-        if k in out:
-            raise ArenaError(
-                f"the {which} board has two models that match as one name: {out[k].model!r} and {r.model!r}; "
-                "rename one, or use --match exact"
-            )
+        if r.model in out:
+            raise ArenaError(f"the {which} board lists model {r.model!r} twice: keep one row")
         if not math.isfinite(r.rating):
             raise ArenaError(f"the {which} board has no finite score for model {r.model!r}")
-        out[k] = r
+        out[r.model] = r
     return out

@@ -18,10 +18,21 @@ AlpacaEval also regularises towards prompted "gamed" baselines it ships; we have
 a mild L2 penalty instead. Its L1 with cross-validated strength
 becomes a fixed L2 here (scikit-learn ``LogisticRegression``), and its standard error a
 bootstrap over prompts (the GLM refitted in every round).
+
+The length slope is pooled across the models by default (``length_slope="pooled"``): it is the
+judge's taste for length, shared by every model it judges, so one slope ``phi`` is fitted jointly
+over all models' battles against the reference (each model keeping its own ``theta`` and ``psi``),
+the length difference normalised by one pooled SD. A model longer (or shorter) than the reference
+on nearly every prompt has a nearly constant ``tanh`` term: its own fit cannot tell the length
+slope from its quality (a padded copy of the reference then reads far below 50%), while the pooled
+slope is identified by the other models. Such a model is named in a warning (SD of its normalised
+difference below 0.3, or one side longer on more than 95% of prompts). ``length_slope="per-model"``
+is AlpacaEval's per-model form (its own slope and SD per model), for figures set beside theirs.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -35,6 +46,12 @@ C_MODEL = 10.0
 """Inverse L2 strength of the per-model GLM (3 coefficients): mild, so separable data stays finite."""
 C_DIFFICULTY = 1.0
 """Inverse L2 strength of the joint difficulty GLM: each instruction's term is shrunk towards 0."""
+LENGTH_SLOPES = ("pooled", "per-model")
+"""How the length slope is fitted: one for every model (the judge's), or one per model (AlpacaEval's)."""
+MIN_TANH_SD = 0.3
+"""Below this SD of a model's tanh(normalised length difference), its own length slope is not identified."""
+MAX_LONGER_SHARE = 0.95
+"""Above this share of prompts with one side longer, a model's own length slope is not identified."""
 
 
 @dataclass
@@ -55,6 +72,8 @@ class LCWinRate:
     difficulty_coef: float  # psi
     avg_length: float  # characters of the model's answers in these battles
     reference_avg_length: float
+    length_slope: str = "per-model"  # how phi was fitted: pooled over the models, or this model's own
+    length_identified: bool = True  # whether this model's own battles could tell its length slope apart
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,17 +93,18 @@ class _Rows:
 
 
 def _fit(x: np.ndarray, y: np.ndarray, c: float, solver: str = "newton-cholesky",
-         tol: float = 1e-8):
+         tol: float = 1e-8, mult: np.ndarray | None = None):
     """Return a logistic GLM (no intercept) fitted to soft labels ``y`` in [0, 1], as AlpacaEval does:
     every row twice, once labelled 1 with weight y and once labelled 0 with weight 1 - y. Newton's
-    method suits the few dense features of one model; the sparse joint fit uses L-BFGS."""
+    method suits the few dense features of one model; the sparse joint fit uses L-BFGS. ``mult``
+    float (N,): how many times each row counts (a bootstrap draw)."""
     import scipy.sparse as sp
     from sklearn.linear_model import LogisticRegression
 
     n = x.shape[0]
     stack = sp.vstack([x, x], format="csr") if sp.issparse(x) else np.vstack([x, x])
     labels = np.r_[np.ones(n), np.zeros(n)]
-    weights = np.r_[y, 1.0 - y]
+    weights = np.r_[y, 1.0 - y] if mult is None else np.r_[y * mult, (1.0 - y) * mult]
     model = LogisticRegression(C=c, fit_intercept=False, solver=solver, max_iter=1000, tol=tol)
     return model.fit(stack, labels, sample_weight=weights)
 
@@ -145,8 +165,13 @@ def lc_win_rates(
     bootstrap: int = 200,
     seed: int = 0,
     ci: float = 0.95,
+    length_slope: str = "pooled",
 ) -> list[LCWinRate]:
     """Return every model's raw and length-controlled win rate against ``reference``, best LC first.
+
+    ``length_slope``: ``pooled`` (one slope for all models, the default) or ``per-model``
+    (AlpacaEval's); see the module docstring. A model whose own length slope is not identified
+    is named in a warning (``UserWarning``).
 
     ``battles``: any battles; those between a model and ``reference`` count. ``lengths``:
     (prompt id, model) -> answer length (AlpacaEval uses characters); a battle whose answer
@@ -177,6 +202,8 @@ def lc_win_rates(
                          "(e.g. the AlpacaEval baseline whose outputs were imported)")
     if not raw:
         raise ArenaError(f"the battles against {reference!r} have no answer lengths: import or generate the answers")
+    if length_slope not in LENGTH_SLOPES:
+        raise ArenaError(f"unknown length slope {length_slope!r}: use one of {', '.join(LENGTH_SLOPES)}")
     rows = {}
     for m in models:
         a = np.array(raw[m], dtype=np.float64)
@@ -185,24 +212,108 @@ def lc_win_rates(
     rng = np.random.default_rng(seed)
     alpha = (1.0 - ci) / 2.0
     difficulties = leave_one_out_difficulty([rows[m] for m in models], n_prompts)
+    pooled = length_slope == "pooled" and len(models) > 1
+    if pooled:
+        pooled_sd = float(np.std(np.concatenate([rows[m].delta for m in models])))
+        fit = _Pooled([rows[m] for m in models], pooled_sd, difficulties, n_prompts)
+        coefs = fit.coefs(None)
+        if bootstrap > 0:
+            boot_wins, boot_lcs = fit.bootstrap(bootstrap, rng)
     out = []
-    for m, difficulty in zip(models, difficulties):
+    unidentified = []
+    for i, (m, difficulty) in enumerate(zip(models, difficulties)):
         r = rows[m]
-        sd = float(np.std(r.delta))
-        coef = _fit(_features(r, sd, difficulty), r.y, C_MODEL).coef_[0]
+        sd = pooled_sd if pooled else float(np.std(r.delta))
+        identified = _identified(r, sd)
+        if not identified:
+            unidentified.append(m)
+        if pooled:
+            coef = coefs[i]
+        else:
+            coef = _fit(_features(r, sd, difficulty), r.y, C_MODEL).coef_[0]
         lc = _lc(coef, difficulty[np.unique(r.prompt)])
         win_lo = win_hi = lc_lo = lc_hi = None
         if bootstrap > 0:
-            wins, lcs = _bootstrap(r, sd, difficulty, bootstrap, rng)
+            wins, lcs = (boot_wins[:, i], boot_lcs[:, i]) if pooled else _bootstrap(r, sd, difficulty, bootstrap, rng)
             win_lo, win_hi = (float(x) for x in np.quantile(wins, [alpha, 1 - alpha]))
             lc_lo, lc_hi = (float(x) for x in np.quantile(lcs, [alpha, 1 - alpha]))
         out.append(LCWinRate(
             model=m, reference=reference, battles=len(r.y), prompts=int(np.unique(r.prompt).size),
             win_rate=float(100.0 * r.y.mean()), win_low=win_lo, win_high=win_hi,
             lc_win_rate=lc, lc_low=lc_lo, lc_high=lc_hi, length_coef=float(coef[1]), difficulty_coef=float(coef[2]),
-            avg_length=float(r.len_model.mean()), reference_avg_length=float(r.len_ref.mean())))
+            avg_length=float(r.len_model.mean()), reference_avg_length=float(r.len_ref.mean()),
+            length_slope="pooled" if pooled else "per-model", length_identified=identified))
+    if unidentified:
+        names = ", ".join(unidentified)
+        if pooled:
+            how = "the slope pooled over the other models is used"
+        elif len(models) > 1:
+            how = "its LC win rate is unreliable; the pooled slope (the default) fixes this"
+        else:
+            how = ("its LC win rate is unreliable: judge other models against the same reference, so that a "
+                   "pooled length slope can be fitted")
+        warnings.warn(f"the length term of {names} is not identified: longer (or shorter) than {reference} on "
+                      f"nearly every prompt, so its own battles cannot tell the judge's length bias from its "
+                      f"quality; {how}", UserWarning, stacklevel=2)
     out.sort(key=lambda x: -x.lc_win_rate)
     return out
+
+
+def _identified(r: _Rows, sd: float) -> bool:
+    """Return whether a model's own battles identify its length slope (see MIN_TANH_SD, MAX_LONGER_SHARE)."""
+    tanh = np.tanh(r.delta / sd) if sd > 0 else np.zeros_like(r.delta)
+    longer = max(float(np.mean(r.delta > 0)), float(np.mean(r.delta < 0)))
+    return float(np.std(tanh)) >= MIN_TANH_SD and longer <= MAX_LONGER_SHARE
+
+
+class _Pooled:
+    """The joint GLM of every model against the reference with one length slope:
+    logit p = theta_m + phi * tanh(delta / sd) + psi_m * difficulty_m(prompt)."""
+
+    def __init__(self, rows: Sequence[_Rows], sd: float, difficulties: Sequence[np.ndarray], n_prompts: int):
+        import scipy.sparse as sp
+
+        k = len(rows)
+        blocks, ys, owner, prompt = [], [], [], []
+        for i, (r, d) in enumerate(zip(rows, difficulties)):
+            n = len(r.y)
+            at, col = np.arange(n), np.full(n, i)
+            tanh = np.tanh(r.delta / sd) if sd > 0 else np.zeros(n)
+            ident = sp.csr_matrix((np.ones(n), (at, col)), shape=(n, k))
+            slope = sp.csr_matrix(tanh[:, None])
+            diff = sp.csr_matrix((d[r.prompt], (at, col)), shape=(n, k))
+            blocks.append(sp.hstack([ident, slope, diff], format="csr"))
+            ys.append(r.y)
+            owner.append(np.full(n, i))
+            prompt.append(r.prompt)
+        self.x = sp.vstack(blocks, format="csr")
+        self.y, self.owner, self.prompt = np.concatenate(ys), np.concatenate(owner), np.concatenate(prompt)
+        self.k, self.n_prompts, self.rows, self.difficulties = k, n_prompts, rows, difficulties
+
+    def coefs(self, counts: np.ndarray | None) -> list[np.ndarray]:
+        """Return per model float (3,): (theta_m, phi, psi_m); ``counts`` float (n_prompts,): a bootstrap draw."""
+        mult = None if counts is None else counts[self.prompt]
+        c = _fit(self.x, self.y, C_MODEL, solver="lbfgs", tol=1e-6, mult=mult).coef_[0]
+        k = self.k
+        return [np.array([c[i], c[k], c[k + 1 + i]]) for i in range(k)]
+
+    def bootstrap(self, rounds: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Return float (rounds, K) raw and LC win rates (percent) over prompt resamples, the joint GLM refitted."""
+        from scipy.special import expit
+
+        wins, lcs = np.empty((rounds, self.k)), np.empty((rounds, self.k))
+        for b in range(rounds):
+            counts = np.bincount(rng.integers(0, self.n_prompts, self.n_prompts), minlength=self.n_prompts)
+            counts = counts.astype(np.float64)
+            coefs = self.coefs(counts)
+            for i, (r, d) in enumerate(zip(self.rows, self.difficulties)):
+                w = counts[r.prompt]
+                wins[b, i] = 100.0 * float((r.y * w).sum() / w.sum()) if w.sum() else np.nan
+                mine = np.unique(r.prompt)
+                pw = counts[mine]
+                lc = expit(coefs[i][0] + coefs[i][2] * d[mine])
+                lcs[b, i] = 100.0 * float((lc * pw).sum() / pw.sum()) if pw.sum() else np.nan
+        return wins, lcs
 
 
 def _bootstrap(r: _Rows, sd: float, difficulty: np.ndarray, rounds: int,

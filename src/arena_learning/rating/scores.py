@@ -41,7 +41,7 @@ class ModelScores:
     ci_low: float | None
     ci_high: float | None
     graded: int  # answers (prompts) with grades
-    failed: int  # answers judged only in failed judgments: no grade
+    failed: int  # gradings that failed and left no grade: whole answers, or turns graded on their own
     turns: dict[int, Cell] = field(default_factory=dict)  # turn number (from 1) -> mean
     categories: dict[str, Cell] = field(default_factory=dict)
 
@@ -52,23 +52,29 @@ class ModelScores:
 
 
 def graded_answers(judgments: Sequence[Judgment], turn_of: Callable[[str], tuple[str, int]] | None = None
-                   ) -> tuple[dict[tuple[str, str], dict[int, float]], set[tuple[str, str]]]:
-    """Return ((prompt id, model) -> turn (from 1) -> grade, the (prompt id, model) answers whose judgments all failed).
+                   ) -> tuple[dict[tuple[str, str], dict[int, float]], set[tuple[str, str, int]]]:
+    """Return ((prompt id, model) -> turn (from 1) -> grade, the failed gradings left without a grade).
+
+    A failed grading is (prompt id, model, its first turn): a whole answer, or with ``turn_of`` a
+    turn graded on its own (FastChat grades each turn apart; a -1 on turn 1 is a failure even
+    when turn 2 has its grade).
 
     ``turn_of`` maps a judgment's prompt id to (prompt id, its first turn), for judgments made
     turn by turn under ids of their own (FastChat's second turn imported as ``81#turn2``).
-    A failed single-grading judgment does not say which of its two answers failed, so an answer
-    counts as failed only when no judgment that succeeded carries its grade. Grades of one answer
+    A failed single-grading judgment of a run does not say which of its two answers failed, so an
+    answer counts as failed only when no judgment carries its grade; a failed judgment that does
+    carry one side's grades (an imported FastChat grading of -1 beside the other model's grade)
+    gives that side's grades. Grades of one answer
     that differ between its pairs mean a pairwise judge: an ArenaError.
     """
     grades: dict[tuple[str, str], dict[int, float]] = {}
-    in_failed: set[tuple[str, str]] = set()
+    in_failed: set[tuple[str, str, int]] = set()
     for j in judgments:
         pid, first = turn_of(j.prompt_id) if turn_of is not None else (j.prompt_id, 1)
-        pairs = ((j.model_a, j.scores_a), (j.model_b, j.scores_b))
+        pairs: tuple[tuple[str, list[float]], ...] = ((j.model_a, j.scores_a), (j.model_b, j.scores_b))
         if j.status != "ok":
-            in_failed.update((pid, m) for m, _ in pairs)
-            continue
+            in_failed.update((pid, m, first) for m, s in pairs if not s)
+            pairs = tuple((m, s) for m, s in pairs if s)
         for m, s in pairs:
             answer = grades.setdefault((pid, m), {})
             for t, x in enumerate(s, first):
@@ -80,7 +86,7 @@ def graded_answers(judgments: Sequence[Judgment], turn_of: Callable[[str], tuple
                         "judge), so they are no absolute grades; score with a single-answer judge (template: "
                         "single) or the verifier")
     grades = {k: dict(sorted(v.items())) for k, v in grades.items() if v}
-    return grades, in_failed - set(grades)
+    return grades, {(p, m, t) for p, m, t in in_failed if t not in grades.get((p, m), {})}
 
 
 def score_table(
@@ -102,7 +108,7 @@ def score_table(
         raise ArenaError("no judgments to score: run `arena battle` (or `arena run`) first")
     grades, failed = graded_answers(judgments, turn_of)
     category = {p.id: p.category or NO_CATEGORY for p in prompts}
-    models = sorted({m for _, m in grades} | {m for _, m in failed})
+    models = sorted({m for _, m in grades} | {m for _, m, _ in failed})
     pids = sorted({p for p, _ in grades})
     p_index, m_index = {p: i for i, p in enumerate(pids)}, {m: i for i, m in enumerate(models)}
     # per (model, prompt): sum of grades and number of graded turns, float (M, P)
@@ -118,7 +124,7 @@ def score_table(
         for t, x in by_turn.items():
             turn_acc[m].setdefault(t, []).append(x)
         cat_acc[m].setdefault(category.get(pid, NO_CATEGORY), []).extend(by_turn.values())
-    for _, m in failed:
+    for _, m, _ in failed:
         rows[m].failed += 1
     lo = hi = None
     if bootstrap > 0 and pids:
