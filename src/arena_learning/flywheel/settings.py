@@ -24,6 +24,7 @@ from ..config import (
     ScaleConfig,
     Section,
     TasksConfig,
+    oracle_judge_error,
 )
 from ..scale.launch import LaunchSettings
 from ..tasks import CATEGORIES
@@ -274,6 +275,9 @@ class FlywheelConfig(Section):
                              f"{', '.join(sorted(known))} (a trained model's actors take scale.defaults)")
         if self.judge.kind == "verifier" and self.prompts is not None:
             raise ValueError("judge 'verifier' scores task-suite prompts only; open prompts need an LLM judge")
+        why = oracle_judge_error([self.target, *self.references], self.judge)
+        if why is not None:
+            raise ValueError(why)
         for pos, (name, sl) in enumerate(self.pool.items()):
             # the test set is made with tasks.seed: a slice of the same seed would train on test prompts' kin
             if sl.set is None and self.slice_seed(pos, sl) == self.tasks.seed:
