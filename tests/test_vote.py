@@ -4,7 +4,11 @@ seeded samples that repeat, a resume that asks no finished sample again, and `ar
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
+import yaml
 
 from arena_learning import pipeline
 from arena_learning.arena.answers import turn_requests
@@ -19,6 +23,8 @@ from arena_learning.plan import plan_run
 from arena_learning.records import Prompt, Rating
 from arena_learning.store import Store
 from arena_learning.tasks import check, generate_tasks
+
+from .conftest import ARENA, REPO
 
 NUMERIC = Prompt(id="n", turns=["How many minutes are in 2 hours?"], reference=["120"], checker="numeric")
 LIST = Prompt(id="l", turns=["Sort 3, 1, 2."], reference=["1,2,3"], checker="list")
@@ -158,6 +164,26 @@ def test_the_leaderboard_marks_an_oracle(capsys):
     assert "not a fair contestant" in out
     _emit_board(ratings[:2], False, models)
     assert "oracle" not in capsys.readouterr().out
+
+
+def test_arena_plan_says_k_times_the_cost_and_serve_refuses_a_vote_model(tmp_path):
+    cfg = run_config({"k": 5, "method": "best_of_k"})
+    cfg["tasks"] = {"n": 9}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = subprocess.run([*ARENA, "plan", str(path), "-w", str(tmp_path / "ws"), "--json"], capture_output=True,
+                         text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    answer = {x["model"]: x for x in json.loads(out.stdout)["lines"] if x["step"] == "answer"}
+    assert (answer["plain"]["calls"], answer["voted"]["calls"], answer["voted"]["to_send"]) == (9, 45, 45)
+    assert "5 samples per prompt: 5 x the cost" in answer["voted"]["note"]
+    assert "oracle teacher" in answer["voted"]["note"] and answer["plain"]["note"] == ""
+    table = subprocess.run([*ARENA, "plan", str(path), "-w", str(tmp_path / "ws")], capture_output=True, text=True,
+                           cwd=REPO)
+    assert table.returncode == 0 and "voted: vote best_of_k: 5 samples per prompt" in " ".join(table.stdout.split())
+    serve = subprocess.run([*ARENA, "serve", "-c", str(path), "-m", "voted"], capture_output=True, text=True,
+                           cwd=REPO)
+    assert serve.returncode == 2 and "model 'voted' has vote" in serve.stderr
 
 
 # ---- the real bundled model (slow) ---------------------------------------------------------------------------

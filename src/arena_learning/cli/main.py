@@ -384,6 +384,10 @@ def serve(
         spec = cfg.models[0]
     else:
         spec = cfg.model(model)
+    if spec.vote is not None:
+        raise ArenaError(f"model {spec.name!r} has vote (k={spec.vote.k} samples per answer, picked by the arena's "
+                         f"answer stage); `arena serve` answers one completion per request: serve a copy of the "
+                         f"model without vote")
     engine = build_engine(spec)
     run_server(spec.name, engine, host=host, port=port, api_key=api_key, faults=fault_spec)
 
