@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from .engine_kinds import ENGINE_KINDS, EngineKind, engine_kind
 from .errors import ConfigError
@@ -161,6 +170,32 @@ CATEGORY_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 """Named ``params_by_category`` tables a config can give by name."""
 
 
+class VoteSpec(Section):
+    """A stronger answer from the same weights: k seeded samples per turn, one kept (``arena/vote.py``).
+
+    Sample i is drawn at ``temperature`` with seed ``seed + i`` (over the model's params and its category's);
+    each is a call through the ledger, so k samples cost k times one answer and a resumed run asks only the
+    samples it lacks.
+    """
+
+    k: int = Field(ge=1, description="samples per turn (k x the calls of one answer)")
+    temperature: float = Field(0.7, ge=0.0, description="the samples' temperature (over params and "
+                               "params_by_category)")
+    seed: int = Field(0, description="sample i is drawn with seed + i")
+    method: Literal["majority", "best_of_k"] = Field(
+        "majority", description="majority: the most common answer (self-consistency; normalised: whitespace and "
+        "case, or the first number of a numeric answer; a tie goes to the earliest sample); best_of_k: the sample "
+        "the verifier scores best against the prompt's reference answer, an oracle teacher for harvesting, not a "
+        "fair contestant")
+
+    @model_validator(mode="after")
+    def _check(self) -> VoteSpec:
+        if self.k > 1 and self.temperature == 0.0:
+            raise ValueError(f"vote: k={self.k} samples at temperature 0 are k copies of one greedy answer; give "
+                             f"vote.temperature > 0 (e.g. 0.7) or k: 1")
+        return self
+
+
 _ENGINE_HELP = " or ".join(
     [", ".join(f"{k.name} ({k.summary})" for k in list(ENGINE_KINDS.values())[:-1]),
      *(f"{k.name} ({k.summary})" for k in list(ENGINE_KINDS.values())[-1:])])
@@ -235,6 +270,19 @@ class ModelSpec(Section):
         "max_tokens", description="openai: the request field params.max_tokens is sent as; reasoning models "
         "(o1-style) take max_completion_tokens, which bounds reasoning and answer together"
     )
+    vote: VoteSpec | None = Field(
+        None, description="answer each turn with k seeded samples and keep one (majority, or best_of_k by the "
+        "verifier): a stronger reference at k times the cost; unset: one answer per turn"
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_vote(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A model without vote dumps as before the field existed: its flywheel identity, stage fingerprints
+        # and saved configs stay the same, so an old workspace resumes with nothing redone.
+        data: dict[str, Any] = handler(self)
+        if data.get("vote", ...) is None:
+            del data["vote"]
+        return data
 
     @field_validator("params_by_category", mode="before")
     @classmethod
@@ -277,7 +325,15 @@ class ModelSpec(Section):
         for url in self.base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"model {self.name!r}: base_url {url!r} must start with http:// or https://")
+        if self.vote is not None and not self.engine_kind.makes_calls:
+            raise ValueError(f"model {self.name!r}: vote samples the model k times, and engine {self.engine!r} "
+                             f"has no model to ask (its answers are imported); remove vote")
         return self
+
+    @property
+    def oracle(self) -> bool:
+        """Whether this model's answers were picked against the reference answers (``vote.method: best_of_k``)."""
+        return self.vote is not None and self.vote.method == "best_of_k"
 
     @property
     def base_urls(self) -> list[str]:
@@ -358,7 +414,20 @@ class JudgeConfig(Section):
             runs = ", ".join(k.name for k in ENGINE_KINDS.values() if k.makes_calls)
             raise ValueError(f"judge {self.name!r}: its model's engine {self.model.engine!r} has no model to run; "
                              f"give the judge a model it can ask (engine: one of {runs})")
+        if self.model is not None and self.model.vote is not None:
+            raise ValueError(f"judge {self.name!r}: vote applies to contestants (their answers), not to a judge's "
+                             f"model; remove vote from model {self.model.name!r}")
         return self
+
+
+def oracle_judge_error(models: list[ModelSpec], judge: JudgeConfig) -> str | None:
+    """Return why ``models`` cannot be judged by ``judge`` (best_of_k picks samples with the verifier), or None."""
+    oracles = [m.name for m in models if m.oracle]
+    if oracles and judge.kind != "verifier":
+        return (f"model {oracles[0]!r}: vote.method best_of_k scores its samples with the verifier (against the "
+                f"reference answers), and this judge is {judge.kind!r}; use judge kind 'verifier' (the task suite) "
+                f"or vote.method 'majority'")
+    return None
 
 
 class BattleConfig(Section):
@@ -457,6 +526,9 @@ class RunConfig(Section):
                              f"{', '.join(sorted(known))}")
         if self.ratings.anchor is not None and self.ratings.anchor not in names:
             raise ValueError(f"ratings.anchor {self.ratings.anchor!r} is not one of the models: {', '.join(names)}")
+        why = oracle_judge_error(self.models, self.judge)
+        if why is not None:
+            raise ValueError(why)
         return self
 
     def model(self, name: str) -> ModelSpec:

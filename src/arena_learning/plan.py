@@ -1,7 +1,8 @@
 """The plan of a run, before it runs: the calls it will make, how many the ledger already holds, tokens and cost.
 
 Counts follow the stages as they call the ledger: every contestant answers every prompt turn by turn
-(prompts x models x turns); the judge plays each scheduled pair on each prompt, in both orders when
+(prompts x models x turns; a model with ``vote`` makes its k samples per prompt and turn, k x the calls,
+and its line says so); the judge plays each scheduled pair on each prompt, in both orders when
 ``both_orders`` and once per turn (pairwise judges), or grades each answer once per turn (single
 judges); a panel's members each judge every game; the verifier makes no call. A call the ledger holds
 (or one this plan already counted earlier in the same run) costs nothing: it is ``cached``. Where a
@@ -26,8 +27,9 @@ from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
 from . import pipeline
-from .arena.answers import conversation
+from .arena.answers import conversation, pick, turn_requests
 from .arena.schedule import schedule_pairs
+from .arena.vote import cost_note
 from .config import JudgeConfig, ModelSpec, RunConfig
 from .engines import build_engine
 from .engines.base import Completion, Engine, Request, render_completion_prompt
@@ -207,24 +209,31 @@ def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView,
     filler = "x" * (spec.params.max_tokens * CHARS_PER_TOKEN)
     replies: dict[str, list[str] | None] = {p.id: [] for p in prompts}
     turn = 0
+    samples = spec.vote.k if spec.vote is not None else 1  # calls per prompt and turn
     while batch := [p for p in prompts if len(p.turns) > turn]:
         held = [p for p in batch if replies[p.id] is not None] if engine is not None else []
-        requests = [Request(messages=conversation(p, replies[p.id], turn)) for p in held]  # type: ignore[arg-type]  # held: replies not None
+        per_prompt = [turn_requests(spec, p, replies[p.id], turn) for p in held]  # type: ignore[arg-type]  # held: replies not None
+        requests = [r for rs in per_prompt for r in rs]
         cached, sent, comps = ledger.count(engine, requests) if held else (0, 0, [])  # type: ignore[arg-type]  # held: engine
-        line.calls += cached + sent + len(batch) - len(held)
+        line.calls += cached + sent + (len(batch) - len(held)) * samples
         line.cached = (line.cached or 0) + cached
-        got = dict(zip((p.id for p in held), comps))
+        got: dict[str, list[Completion | None]] = {}
+        at = 0
+        for p, rs in zip(held, per_prompt):
+            got[p.id], at = comps[at: at + len(rs)], at + len(rs)
         for p in batch:
-            comp = got.get(p.id)
-            if comp is not None:
+            sampled = got.get(p.id, [None] * samples)
+            if all(c is not None for c in sampled):  # every sample held: the answer is known
+                comp = pick(spec, p, replies[p.id], turn, sampled)  # type: ignore[arg-type]  # held: replies
                 replies[p.id].append(comp.text)  # type: ignore[union-attr]  # comp: held
                 continue
-            line.tokens_in += estimate_tokens(_chars(spec, conversation(p, replies[p.id] or [filler] * turn, turn)))
+            chars = _chars(spec, conversation(p, replies[p.id] or [filler] * turn, turn, spec.system_prompt))
+            line.tokens_in += estimate_tokens(chars) * sum(c is None for c in sampled)
             replies[p.id] = None
         turn += 1
     line.tokens_out = line.to_send * spec.params.max_tokens
     line.cost = cost(spec, line.tokens_in, line.tokens_out)
-    line.note = why
+    line.note = "; ".join(x for x in (why, cost_note(spec.vote) if spec.vote is not None else "") if x)
     for p in prompts:
         if replies[p.id] is not None:
             known.turns[(p.id, spec.name)] = replies[p.id]  # type: ignore[assignment]  # not None: answered

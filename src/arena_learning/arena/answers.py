@@ -13,6 +13,10 @@ The model's ``system_prompt`` opens every conversation, and ``params_by_category
 sets the sampling of each prompt's category (both enter the ledger key through the
 request, so changing them asks again). A reasoning model's thinking is kept in
 ``Answer.reasoning``; the next turn's conversation carries only its answers.
+
+A model with ``vote`` sends k seeded samples for each turn (``turn_requests``) and keeps one
+(``arena.vote``: majority, or best_of_k by the verifier); the answer's tokens and latency are those of
+all its samples (what it cost), its text, cut-off count and reasoning those of the kept one.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ModelSpec
-from ..engines.base import Engine, Request
+from ..engines.base import Completion, Engine, Request
 from ..engines.calls import CallStats, arun_requests
+from ..errors import ArenaError
 from ..records import Answer, Prompt
 from ..store import DEFAULT_SET, Store
+from .vote import choose, missing_references, needs_reference
 
 
 @dataclass
@@ -55,6 +61,29 @@ def category_params(spec: ModelSpec, prompt: Prompt) -> dict[str, Any]:
     return chosen.model_dump(exclude_none=True) if chosen is not None else {}
 
 
+def turn_requests(spec: ModelSpec, prompt: Prompt, replies: Sequence[str], turn: int) -> list[Request]:
+    """Return the requests that answer ``turn`` of ``prompt``: one, or the k seeded samples of ``spec.vote``."""
+    messages = conversation(prompt, replies, turn, spec.system_prompt)
+    params = category_params(spec, prompt)
+    if spec.vote is None:
+        return [Request(messages=messages, params=params)]
+    vote = spec.vote
+    return [Request(messages=messages, params={**params, "temperature": vote.temperature, "seed": vote.seed + i})
+            for i in range(vote.k)]
+
+
+def pick(spec: ModelSpec, prompt: Prompt, replies: Sequence[str], turn: int,
+         samples: Sequence[Completion | None]) -> Completion | None:
+    """Return the completion that answers ``turn``: the one sample, or the one ``spec.vote`` keeps of those that
+    came back (None: none did)."""
+    if spec.vote is None:
+        return samples[0]
+    came = [c for c in samples if c is not None]
+    if not came:
+        return None
+    return came[choose(spec.vote, prompt, replies, turn, [c.text for c in came])]
+
+
 async def answer_prompts(
     store: Store, model_name: str, engine: Engine, prompts: Sequence[Prompt], *, progress=None,
     set_name: str = DEFAULT_SET,
@@ -66,7 +95,13 @@ async def answer_prompts(
     # tokens in, out, latency, truncated, reasoning tokens
     usage: dict[str, list[float]] = {p.id: [0, 0, 0.0, 0, 0] for p in prompts}
     thoughts: dict[str, list[str]] = {p.id: [] for p in prompts}
-    system = engine.spec.system_prompt
+    spec = engine.spec
+    if needs_reference(spec.vote):
+        lacking = missing_references(prompts)
+        if lacking:
+            raise ArenaError(f"model {model_name!r}: vote.method best_of_k picks samples against reference answers, "
+                             f"and {len(lacking)} prompts have none (first: {lacking[0]}); use the task suite's "
+                             f"prompts, or vote.method 'majority'")
     alive = list(prompts)
     failed: list[str] = []
     turn = 0
@@ -74,23 +109,28 @@ async def answer_prompts(
         batch = [p for p in alive if len(p.turns) > turn]
         if not batch:
             break
-        requests = [Request(messages=conversation(p, replies[p.id], turn, system),
-                            params=category_params(engine.spec, p)) for p in batch]
+        per_prompt = [turn_requests(spec, p, replies[p.id], turn) for p in batch]
+        requests = [r for rs in per_prompt for r in rs]
         label = f"answer {model_name}" + (f" (turn {turn + 1})" if turn else "")
         results = await arun_requests(store, engine, requests, label=label, stats=stats, progress=progress)
         alive = []
-        for p, comp in zip(batch, results):
+        at = 0
+        for p, rs in zip(batch, per_prompt):
+            samples, at = results[at: at + len(rs)], at + len(rs)
+            comp = pick(spec, p, replies[p.id], turn, samples)
             if comp is None:
                 failed.append(p.id)
                 continue
             replies[p.id].append(comp.text)
             thoughts[p.id].append(comp.reasoning)
             u = usage[p.id]
-            u[0] += comp.tokens_in
-            u[1] += comp.tokens_out
-            u[2] += comp.latency_s
+            for c in samples:  # what the turn cost: every sample that came back
+                if c is not None:
+                    u[0] += c.tokens_in
+                    u[1] += c.tokens_out
+                    u[2] += c.latency_s
+                    u[4] += c.reasoning_tokens
             u[3] += comp.finish_reason == "length"
-            u[4] += comp.reasoning_tokens
             alive.append(p)
         turn += 1
     failed_set = set(failed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import pipeline
-from ..config import ModelsFile, RunConfig, load_config_file
+from ..arena.vote import ORACLE_CAPTION, ORACLE_MARK
+from ..config import ModelsFile, ModelSpec, RunConfig, load_config_file
 from ..engines.calls import CallStats
 from ..errors import ArenaError
 from ..records import Rating
@@ -89,7 +91,7 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None, 
         result = pipeline.run_stages(
             cfg, store, prompts, on_answers=print_call_stats,
             on_battles=lambda report: print_battle_report(cfg, report, pipeline.stage_usage(cfg, store)))
-    _emit_board(result.ratings or [], json_out)
+    _emit_board(result.ratings or [], json_out, cfg.models)
     # The report is optional: if it fails, the finished results stay in the workspace and the run succeeds.
     from ..report.html import write_report
 
@@ -237,7 +239,9 @@ def leaderboard(
         from ..rating.export import write_leaderboard_csv
 
         write_leaderboard_csv(ratings, csv)
-    _emit_board(ratings, json_out)
+    with Store(workspace, readonly=True) as store:
+        models = pipeline.load_saved_config(store).models
+    _emit_board(ratings, json_out, models)
 
 
 @app.command()
@@ -352,13 +356,17 @@ def _style_board(workspace: Path, json_out: bool) -> None:
         err_console.print("[yellow]" + escape(str(w)))
 
 
-def _emit_board(ratings: list[Rating], json_out: bool) -> None:
+def _emit_board(ratings: list[Rating], json_out: bool, models: Sequence[ModelSpec] = ()) -> None:
     if json_out:
         from ..rating.export import ratings_to_json
 
         sys.stdout.write(json.dumps(ratings_to_json(ratings), indent=2) + "\n")
     else:
-        print_leaderboard(ratings)
+        # An oracle (vote best_of_k: its samples picked against the reference answers) is marked in the table.
+        oracles = {m.name for m in models if m.oracle}
+        shown = [r.model_copy(update={"model": f"{r.model} {ORACLE_MARK}"}) if r.model in oracles else r
+                 for r in ratings]
+        print_leaderboard(shown, caption=ORACLE_CAPTION if oracles & {r.model for r in ratings} else None)
 
 
 @app.command()
@@ -399,6 +407,10 @@ def serve(
         spec = cfg.models[0]
     else:
         spec = cfg.model(model)
+    if spec.vote is not None:
+        raise ArenaError(f"model {spec.name!r} has vote (k={spec.vote.k} samples per answer, picked by the arena's "
+                         f"answer stage); `arena serve` answers one completion per request: serve a copy of the "
+                         f"model without vote")
     engine = build_engine(spec)
     run_server(spec.name, engine, host=host, port=port, api_key=api_key, faults=fault_spec)
 

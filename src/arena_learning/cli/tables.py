@@ -17,13 +17,15 @@ def fmt(x: float | None, digits: int = 1) -> str:
 
 
 def leaderboard_table(ratings: Sequence[Rating], title: str = "leaderboard",
-                      extra: Mapping[str, Mapping[str, float]] | None = None) -> Table:
-    """Return ``ratings`` as a table; ``extra`` adds columns (column name -> model -> value).
+                      extra: Mapping[str, Mapping[str, float]] | None = None, caption: str | None = None) -> Table:
+    """Return ``ratings`` as a table; ``extra`` adds columns (column name -> model -> value), ``caption`` a line
+    under it.
 
     "CI rank" is 1 + the number of models whose whole interval lies above this model's
     (Chatbot Arena's rank with confidence); "-" without a bootstrap.
     """
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+                  caption=caption, caption_justify="left")
     width = max((len(r.model) for r in ratings), default=5)
     table.add_column("rank", justify="right", no_wrap=True)
     table.add_column("CI rank", justify="right", no_wrap=True)
@@ -40,6 +42,6 @@ def leaderboard_table(ratings: Sequence[Rating], title: str = "leaderboard",
 
 
 def print_leaderboard(ratings: Sequence[Rating], title: str = "leaderboard",
-                      extra: Mapping[str, Mapping[str, float]] | None = None) -> None:
+                      extra: Mapping[str, Mapping[str, float]] | None = None, caption: str | None = None) -> None:
     """Print the leaderboard table on stdout (results only; progress and warnings go to stderr)."""
-    stdout_console().print(leaderboard_table(ratings, title, extra))
+    stdout_console().print(leaderboard_table(ratings, title, extra, caption))

@@ -24,6 +24,7 @@ from ..config import (
     ScaleConfig,
     Section,
     TasksConfig,
+    oracle_judge_error,
 )
 from ..scale.launch import LaunchSettings
 from ..tasks import SUITES, suite_categories
@@ -311,6 +312,9 @@ class FlywheelConfig(Section):
             if bad:
                 raise ValueError(f"pool.{name}.categories: {bad} are not categories of suite {self.tasks.suite} "
                                  f"(tasks.suite); it has {', '.join(suite_categories(self.tasks.suite))}")
+        why = oracle_judge_error([self.target, *self.references], self.judge)
+        if why is not None:
+            raise ValueError(why)
         for pos, (name, sl) in enumerate(self.pool.items()):
             # the test set is made with tasks.seed: a slice of the same seed would train on test prompts' kin
             if sl.set is None and self.slice_seed(pos, sl) == self.tasks.seed:
