@@ -158,7 +158,7 @@ def test_flywheel_json_has_the_round_table(killed_and_resumed):
     assert abl["r1.0-sft-random"]["selection"] == "random" and abl["r1.0-sft-random"]["examples"] == 9
     assert abl["r1.0-sft-random"]["rating"] is not None  # rated in the same table
     assert set(out["references"][0]) == {"model", "rating", "ci_low", "ci_high", "exact", "mean_chars",
-                                         "mean_tokens", "style_rating", "style_ci_low", "style_ci_high"}
+                                         "mean_tokens", "style_rating", "style_ci_low", "style_ci_high", "shortcuts"}
     # paired deltas: the base is not rated here (evaluate_base: false), so round 0 has no model before it
     r0, r1 = out["rounds"]
     assert r0["delta_prev"] is None and r0["delta_base"] is None

@@ -77,8 +77,9 @@ def test_an_empty_greedy_or_seeded_answer_is_the_models_answer_and_an_unseeded_o
     from arena_learning.store import Store
 
     # A stop string at the first space: the model's first token (" Paris") ends the answer at once.
-    spec = ModelSpec(name="e", engine="llamacpp", mode="completion", n_threads=2,
-                     params={"max_tokens": 4, "stop": [" "]})
+    # empty_replies fail: an empty reply that asking again could change is a failure (the default keeps it)
+    spec = ModelSpec(name="e", engine="llamacpp", mode="completion", n_threads=2, empty_replies="fail",
+                     empty_retries=0, params={"max_tokens": 4, "stop": [" "]})
     engine = build_engine(spec)
     greedy = Request(messages=[{"role": "user", "content": "What is the capital of France?"}],
                      params={"temperature": 0.0})

@@ -20,8 +20,10 @@ What counts as a success is decided here, for every engine:
   with backoff (a transient fault); one still empty is kept (its ledger row is
   a success whose ``error`` notes it was kept) unless ``spec.empty_replies`` is
   ``fail``: then it is a failed call, retried on the next run (an endpoint
-  known to drop replies). A ledger row that an older version stored as a
-  success with empty text and no such note is asked again;
+  known to drop replies). A reply that is all reasoning and no answer is a
+  failed call at once (max_tokens ran out while thinking: raise it). A ledger
+  row that an older version stored as a success with empty text and no such
+  note is asked again;
 - a completion cut off at ``max_tokens`` (``finish_reason == "length"``) is
   kept, and counted (``CallStats.truncated``); the ledger's response keeps its
   finish_reason, so a rerun counts it again;
@@ -199,6 +201,10 @@ async def arun_requests(
             note = None
             try:
                 comp = split_reasoning(await engine.complete(req))
+                if is_empty(comp) and not engine.repeatable(req) and comp.reasoning:
+                    # all reasoning and no answer: max_tokens ran out while thinking; asking again repeats it
+                    stats.empty += 1
+                    raise CallFailed(empty_error(comp))
                 if is_empty(comp) and not engine.repeatable(req):
                     for attempt in range(engine.spec.empty_retries):
                         await asyncio.sleep(EMPTY_BACKOFF_S * 2**attempt)

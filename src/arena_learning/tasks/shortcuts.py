@@ -107,7 +107,10 @@ def follows_shortcut(prompts: Sequence[Prompt], answers: dict[str, str], *, agre
 
     A category is listed when one policy gives the model's answer (its first line) on at least
     ``agreement`` of the category's answered items and the model's exact share there exceeds that
-    policy's own by less than ``margin``: what it gets right, the policy would get right too.
+    policy's own by less than ``margin``: what it gets right, the policy would get right too. A
+    policy counts only where it has an answer (no number in the question: "the first number" says
+    nothing, and an empty reply does not follow it) and only in a category where it answers at
+    least half the items. Each category lists its one best-agreeing policy (ties: ``POLICIES`` order).
     """
     by_cat: dict[str, list[Prompt]] = defaultdict(list)
     for p in prompts:
@@ -117,9 +120,16 @@ def follows_shortcut(prompts: Sequence[Prompt], answers: dict[str, str], *, agre
     for cat, items in sorted(by_cat.items()):
         firsts = {p.id: next((ln for ln in answers[p.id].splitlines() if ln.strip()), "") for p in items}
         exact = sum(_exact(p, answers[p.id]) for p in items) / len(items)
+        best: Shortcut | None = None
         for name, fn in POLICIES.items():
-            agree = sum(same_answer(firsts[p.id], fn(p.turns[0])) for p in items) / len(items)
-            own = sum(_exact(p, fn(p.turns[0])) for p in items) / len(items)
-            if agree >= agreement and exact < own + margin:
-                found.append(Shortcut(cat, name, round(agree, 3), round(exact, 3), round(own, 3)))
+            said = {p.id: fn(p.turns[0]) for p in items}
+            applies = [p for p in items if said[p.id].strip()]
+            if len(applies) * 2 < len(items):
+                continue
+            agree = sum(same_answer(firsts[p.id], said[p.id]) for p in applies) / len(applies)
+            own = sum(_exact(p, said[p.id]) for p in items) / len(items)
+            if agree >= agreement and exact < own + margin and (best is None or agree > best.agreement):
+                best = Shortcut(cat, name, round(agree, 3), round(exact, 3), round(own, 3))
+        if best is not None:
+            found.append(best)
     return found
