@@ -383,9 +383,10 @@ def per_model_counts(items: Sequence[SFTItem | PreferenceItem]) -> dict[str, int
 
 # ---- balance against shortcuts -------------------------------------------------------------
 
-BALANCED_POLICIES = ("first number", "second number", "yes", "no", "ascending, whatever asked",
-                     "descending, whatever asked")
-"""The surface rules a category's data is balanced over (``tasks.shortcuts.POLICIES``)."""
+BALANCED_PAIRS = (("first number", "second number"), ("yes", "no"),
+                  ("ascending, whatever asked", "descending, whatever asked"))
+"""The surface rules a category's data is balanced over (``tasks.shortcuts.POLICIES``), in opposite pairs."""
+BALANCED_POLICIES = tuple(rule for pair in BALANCED_PAIRS for rule in pair)
 
 
 def _taught(item: SFTItem | PreferenceItem) -> str:
@@ -430,9 +431,7 @@ def balance_items(items: Sequence[Item], prompts: Sequence[Prompt], *, seed: int
         rules = groups[cat]
         # the rules a category offers come in pairs (first/second, yes/no, ascending/descending)
         offered = {rule for key in rules for rule in key}
-        pairs = [("first number", "second number"), ("yes", "no"),
-                 ("ascending, whatever asked", "descending, whatever asked")]
-        need = [frozenset(p) for p in pairs if offered & set(p)]
+        need = [frozenset(p) for p in BALANCED_PAIRS if offered & set(p)]
         sizes = [sum(len(ix) for key, ix in rules.items() if side in key) for pair in need for side in pair]
         cap = min(sizes) if sizes else 0
         taken: dict[str, int] = defaultdict(int)

@@ -66,16 +66,22 @@ def check_text(answer: str, reference: str, meta: dict) -> float:
     return 0.0
 
 
-def check_exact(answer: str, reference: str, meta: dict) -> float:
-    """10 for exactly the reference (quotes and final period ignored), 5 if right but for case."""
+def _exact_first(answer: str, reference: str) -> float | None:
+    """10 if the first line is the reference (quotes and final period ignored), 5 if right but for case."""
     got = _first_line(answer).strip().strip("\"'`").rstrip(".").strip("\"'`")
     if got == reference:
         return 10.0
     if got.lower() == reference.lower():
         return 5.0
-    if reference in answer:
-        return 4.0
-    return 0.0
+    return None
+
+
+def check_exact(answer: str, reference: str, meta: dict) -> float:
+    """10 for exactly the reference (quotes and final period ignored), 5 if right but for case."""
+    first = _exact_first(answer, reference)
+    if first is not None:
+        return first
+    return 4.0 if reference in answer else 0.0
 
 
 def check_list(answer: str, reference: str, meta: dict) -> float:
@@ -92,14 +98,10 @@ def check_list(answer: str, reference: str, meta: dict) -> float:
 
 def check_word(answer: str, reference: str, meta: dict) -> float:
     """As ``check_exact``, but the 4 for a buried answer needs it as a whole word (a letter in a word is no answer)."""
-    got = _first_line(answer).strip().strip("\"'`").rstrip(".").strip("\"'`")
-    if got == reference:
-        return 10.0
-    if got.lower() == reference.lower():
-        return 5.0
-    if re.search(rf"(?<![A-Za-z0-9]){re.escape(reference)}(?![A-Za-z0-9])", answer):
-        return 4.0
-    return 0.0
+    first = _exact_first(answer, reference)
+    if first is not None:
+        return first
+    return 4.0 if re.search(rf"(?<![A-Za-z0-9]){re.escape(reference)}(?![A-Za-z0-9])", answer) else 0.0
 
 
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
