@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from arena_learning.config import ModelSpec, RunConfig, load_config_file
@@ -60,20 +61,52 @@ def test_one_request_at_a_time_the_batched_context_gives_the_sequential_answers_
         assert [fields(c) for c in asyncio.run(go())] == [fields(c) for c in one_by_one(spec, requests)], spec.name
 
 
-def test_batched_greedy_answers_on_the_quickstart_differ_from_sequential_only_at_near_ties():
+NEAR_TIE = 1.0  # nats: a token the batch picked is at most this far below the one-row kernel's best
+
+
+def one_row_gaps(engine: LlamaCppEngine, prompt: list[int], picked: list[int]) -> list[float]:
+    """For each token in ``picked``: the best logit of the one-row kernel minus that token's, on the same
+    prefix (the prompt evaluated as the sequential engine evaluates it, then one token at a time)."""
+    llm = engine.llm
+    n_vocab = int(llm.n_vocab())
+    gaps = []
+    with engine.lock:
+        llm.reset()
+        llm.eval(prompt)
+        for token in picked:
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,))
+            gaps.append(float(logits.max() - logits[token]))
+            llm.eval([token])
+        llm.reset()
+    return gaps
+
+
+def test_every_token_a_batch_picks_is_the_one_row_kernels_best_or_a_near_tie():
     # Decoded beside others, a token's row goes through llama.cpp's batched matrix kernels (repacked
-    # Q4_K gemm) instead of the one-row kernel, which rounds differently; the bundled 270M model has
-    # near-ties often enough that a few answers change (measured on the whole quickstart: see
-    # benchmarks/bench_llamacpp_engine.py). A broken batch (a wrong prefix, mixed-up sequences)
-    # changes most of them.
+    # Q4_K gemm) instead of the one-row kernel, which rounds differently, by an amount that depends on
+    # the CPU (AVX2, AVX-512, AMX): the bundled 270M model has near-ties often enough that some greedy
+    # answers change (10 of these 54 on one CI machine, fewer on others; bench_llamacpp_engine.py
+    # counts them). Their number is the CPU's; what holds everywhere is that every token the batch
+    # picked is the best, or within a rounding error of the best, of the sequential computation on the
+    # same prefix (measured here: at most 0.27 nats). A broken batch (a wrong prefix, mixed-up
+    # sequences, a stale KV cell) picks tokens the sequential logits put far below: the control.
     specs, requests = quickstart_sample(18)
-    differ = total = 0
     for spec in specs:
-        alone = one_by_one(spec, requests)
-        batched = together(spec, requests)
-        differ += sum(fields(a) != fields(b) for a, b in zip(alone, batched))
-        total += len(requests)
-    assert differ <= total // 6, f"{differ} of {total} answers differ"
+        engine = build_engine(spec.model_copy(update={"parallel": 16}))
+        assert isinstance(engine, LlamaCppEngine)
+        jobs = [engine._job(r) for r in requests]
+        batcher = load_batcher(engine.spec)
+
+        async def go(jobs=jobs, batcher=batcher):
+            return await asyncio.gather(*(asyncio.wrap_future(batcher.submit(j)) for j in jobs))
+
+        asyncio.run(go())
+        assert batcher.peak >= 8  # they were decoded together
+        worst = [max(one_row_gaps(engine, j.tokens, j.picked)) for j in jobs]
+        assert max(worst) <= NEAR_TIE, (spec.name, worst)
+        # The control: each answer's tokens read after the next prompt, as a mixed-up batch would give them.
+        mixed = [max(one_row_gaps(engine, jobs[(i + 1) % len(jobs)].tokens, j.picked)) for i, j in enumerate(jobs)]
+        assert sum(g > NEAR_TIE for g in mixed) >= len(jobs) * 2 // 3, (spec.name, mixed)
 
 
 def test_requests_in_one_batch_keep_their_own_limits_and_stops_and_slots_are_reused():

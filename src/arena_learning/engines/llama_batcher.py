@@ -59,6 +59,7 @@ class Job:
     on_text: Callable[[bytes], None] | None = None  # called on the worker with the output so far, as it grows
     start: float = field(default_factory=time.perf_counter)
     abandoned: bool = False  # the caller went away (a closed stream): its slot is freed at the next step
+    picked: list[int] = field(default_factory=list)  # every token the logits picked, end-of-generation included
 
     def gone(self) -> bool:
         return self.abandoned or self.future.cancelled()
@@ -279,6 +280,7 @@ class Batcher:
         """Add ``token`` to the slot's output, or finish it: ``Llama._create_completion``'s rules."""
         job = s.job
         assert job is not None
+        job.picked.append(token)
         if self._lc.llama_vocab_is_eog(self.vocab, token):
             self._finish(s, self._text(s), "stop")
             return
