@@ -403,8 +403,11 @@ def stage_scores(cfg: RunConfig | None, store: Store, judge: str | None = None, 
 
 
 def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap: int = 200,
-                      length_slope: str = "pooled") -> list[LCWinRate]:
-    """Return rating.lengthcontrol.LCWinRate rows: raw and length-controlled win rates against ``reference``."""
+                      length_slope: str = "pooled", alpaca_eval_exact: bool = False, gamed: Path | None = None,
+                      difficulty: Path | None = None) -> list[LCWinRate]:
+    """Return rating.lengthcontrol.LCWinRate rows: raw and length-controlled win rates against ``reference``;
+    with ``alpaca_eval_exact``, computed as AlpacaEval computes them (rating.alpaca_exact), their gamed rows
+    and instruction difficulties read from ``gamed`` / ``difficulty`` when given."""
     from .rating.lengthcontrol import lc_win_rates
 
     battles = stored_battles(cfg, store)
@@ -414,6 +417,16 @@ def stage_lc_winrates(cfg: RunConfig, store: Store, reference: str, *, bootstrap
                          f"{', '.join(sorted(players))}")
     # AlpacaEval measures length in characters of the output; a multi-turn answer counts all its turns
     lengths = {(a.prompt_id, a.model): float(sum(len(t) for t in a.turns)) for a in store.get_answers()}
+    if alpaca_eval_exact:
+        from .rating.alpaca_exact import alpaca_eval_lc_win_rates, read_difficulty, read_gamed
+
+        # AlpacaEval's index: the prompt's position in the test set (theirs, when it is their 805 in order)
+        positions = {p.id: i for i, p in enumerate(store.get_prompts(TEST_SET))}
+        return alpaca_eval_lc_win_rates(
+            battles, lengths, reference, positions, gamed=read_gamed(gamed) if gamed else None,
+            difficulty=read_difficulty(difficulty) if difficulty else None, bootstrap=bootstrap, seed=cfg.ratings.seed)
+    if gamed is not None or difficulty is not None:
+        raise ArenaError("--gamed and --instruction-difficulty are AlpacaEval's tables: add --alpaca-eval-exact")
     return lc_win_rates(battles, lengths, reference, bootstrap=bootstrap, seed=cfg.ratings.seed,
                         length_slope=length_slope)
 

@@ -38,7 +38,12 @@ LC_HELP = (
     "prompts. 95% CIs by bootstrap over prompts. Lengths are characters of the answers.\n\n"
     "The length slope is the judge's and is pooled over the models by default (a model longer than the "
     "reference on nearly every prompt cannot tell it from its quality on its own; such a model is named in a "
-    "warning); --length-slope per-model fits one per model, as AlpacaEval does."
+    "warning); --length-slope per-model fits one per model, as AlpacaEval does.\n\n"
+    "--alpaca-eval-exact computes it as the alpaca_eval package does (their formula, their cross-validated L1 "
+    "fit, the same rows in the same order: equal to the digit), to set a figure beside their leaderboard; give "
+    "their df_gamed.csv with --gamed (gamed baselines at weight 0.1 each, and their instruction difficulties) or "
+    "their instruction_difficulty.csv with --instruction-difficulty; without either, the difficulty is this "
+    "workspace's own. A prompt's index is its position in the test set."
 )
 
 
@@ -108,12 +113,21 @@ def lc_winrate_command(
     reference: Annotated[str | None, typer.Option(
         "--reference", "-r", help="The reference model every model is compared with (AlpacaEval's baseline; "
                                   "default: the run's battles.baseline).")] = None,
-    bootstrap: Annotated[int, typer.Option(
-        "--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CIs (0: none).")] = 200,
+    bootstrap: Annotated[int | None, typer.Option(
+        "--bootstrap", "-b", min=0, help="Bootstrap rounds of the 95% CIs (0: none; default 200, or 0 with "
+                                         "--alpaca-eval-exact, whose fits cost 50 times more).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
     length_slope: Annotated[str, typer.Option(
         "--length-slope", help="'pooled': one length slope for every model (the judge's; default), or "
                                "'per-model' (AlpacaEval's form).")] = "pooled",
+    alpaca_eval_exact: Annotated[bool, typer.Option(
+        "--alpaca-eval-exact", help="Compute it exactly as the alpaca_eval package does (see above).")] = False,
+    gamed: Annotated[Path | None, typer.Option(
+        "--gamed", help="AlpacaEval's df_gamed.csv (.gz too): gamed baselines and instruction difficulties; "
+                        "with --alpaca-eval-exact.")] = None,
+    difficulty: Annotated[Path | None, typer.Option(
+        "--instruction-difficulty", help="AlpacaEval's instruction_difficulty.csv (index, difficulty); with "
+                                         "--alpaca-eval-exact.")] = None,
 ) -> None:
     """Print raw and length-controlled win rates against ``reference`` (help text: ``LC_HELP``)."""
     from ..pipeline import load_saved_config, stage_lc_winrates
@@ -123,12 +137,20 @@ def lc_winrate_command(
         reference = reference or cfg.battles.baseline
         if reference is None:
             raise ArenaError("name the reference model with --reference M (the run has no battles.baseline)")
-        rows = stage_lc_winrates(cfg, store, reference, bootstrap=bootstrap, length_slope=length_slope)
+        if bootstrap is None:
+            bootstrap = 0 if alpaca_eval_exact else 200
+        rows = stage_lc_winrates(cfg, store, reference, bootstrap=bootstrap, length_slope=length_slope,
+                                 alpaca_eval_exact=alpaca_eval_exact, gamed=gamed, difficulty=difficulty)
     if json_out:
         sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
         return
-    table = Table(title=escape(f"win rate against {reference}, raw and length-controlled (percent; length slope "
-                               f"{length_slope})"), title_justify="left",
+    how = f"length slope {length_slope}"
+    if alpaca_eval_exact:
+        how = "computed as alpaca_eval does, " + ("with their gamed rows" if gamed else
+                                                  "their difficulties" if difficulty else
+                                                  "no gamed rows, this workspace's difficulties")
+    table = Table(title=escape(f"win rate against {reference}, raw and length-controlled (percent; {how})"),
+                  title_justify="left",
                   box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     table.add_column("model", no_wrap=True)
     for col in ("LC win rate", "95% CI", "win rate", "95% CI", "battles", "avg length", "length coef"):
