@@ -70,7 +70,7 @@ def serve(port: int, faults: str, log: str) -> None:
     from arena_learning.engines.server import FaultSpec, make_app
 
     spec = FaultSpec.parse(faults) if faults else None
-    app = make_app("m", _stand_in(), faults=spec)
+    app = make_app(["m", "jm"], _stand_in(), faults=spec)  # the contestants model m, the judge jm
     fh = open(log, "a", buffering=1)
 
     @web.middleware
@@ -149,7 +149,7 @@ judge:
   kind: llm
   name: judge
   template: pairwise
-  model: {{name: judge, engine: openai, model: m, base_url: '{url}', concurrency: 32, timeout_s: 2, max_retries: 6}}
+  model: {{name: judge, engine: openai, model: jm, base_url: '{url}', concurrency: 32, timeout_s: 2, max_retries: 6}}
 ratings: {{bootstrap: 0}}
 """)
     return cfg

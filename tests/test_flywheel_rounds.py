@@ -36,6 +36,8 @@ CONFIG = {
                                                    ["How many letters are in the word 'stone'?", "5"]]},
                     "params": {"max_tokens": 6, "temperature": 0.0, "stop": ["\n"]}}],
     "judge": {"kind": "verifier"},
+    # another name for the rating judge: the test set's battles are stored apart from the slices' (two judges)
+    "eval_judge": {"kind": "verifier", "name": "checker"},
     "pool": {"D0": {"n": 6, "seed": 101}, "D1": {"n": 9, "seed": 102}},
     # selection 'all' trains on every reference answer: data whatever the battles say
     "rounds": [{"stages": [{"kind": "sft", "slice": "D0", "selection": "all"}]},
@@ -66,6 +68,20 @@ def test_a_flywheel_config_refuses_a_non_transformers_target_an_unknown_slice_an
     with pytest.raises(ConfigError, match="unknown DPO loss_type"):
         config(training={"dpo": {"loss_type": ["nope"]}})
     assert config().training.sft.accumulation == 1
+
+
+def test_the_rating_judge_is_eval_judge_or_the_harvesting_judge_and_the_table_says_which():
+    two = config()
+    models = [two.target, *two.references]
+    assert two.arena_config(models, rating=True).judge.name == "checker"
+    assert two.arena_config(models).judge.name == "verifier"  # the slices' battles: the harvesting judge
+    assert two.judges_line() == "judges: verifier harvests the training data, checker rates the rounds"
+    one = config(eval_judge=None)
+    assert one.rating_judge is one.judge and one.arena_config(models, rating=True).judge.name == "verifier"
+    assert "may serve as both" in one.judges_line()
+    assert "eval_judge" not in one.model_dump()  # unset: not written, so saved configs and fingerprints stay
+    with pytest.raises(ConfigError, match="eval_judge is named 'verifier', as judge, but is another judge"):
+        config(eval_judge={"kind": "verifier", "name": "verifier", "tie_threshold": 1.0})
 
 
 def test_task_slices_avoid_the_excluded_questions_and_give_what_small_categories_have():
@@ -170,6 +186,11 @@ def test_flywheel_json_has_the_round_table(killed_and_resumed):
     assert r1["exact"]["of"] == 9 and r1["exact"]["vs"] == r0["model"] and r1["exact"]["gained"] is not None
     assert sum(c["n"] for c in r1["exact"]["per_category"].values()) == r1["exact"]["n"]
     assert r1["mean_chars"] is not None and out["references"][0]["mean_chars"] is not None
+    # two judges: the slices' battles by the harvesting judge, the test set's by the rating judge, said in the table
+    assert out["judges"] == "judges: verifier harvests the training data, checker rates the rounds"
+    with sqlite3.connect(killed_and_resumed["ws"] / "arena.db") as db:
+        by_set = dict(db.execute("SELECT set_name, GROUP_CONCAT(DISTINCT judge) FROM battles GROUP BY set_name"))
+    assert by_set["test"] == "checker" and by_set["flywheel/D1"] == "verifier"
 
 
 @pytest.mark.slow

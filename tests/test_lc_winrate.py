@@ -254,7 +254,9 @@ def test_alpaca_eval_flow_through_the_commands_with_a_judge_on_localhost(tmp_pat
                  ["battle", str(config), "-w", str(ws)]):
         result = runner.invoke(app, args)
         assert result.exit_code == 0, (args, result.output)
-    assert judge.requests == 2 * n  # both orders
+    # both orders, and the canaries (at most 5% of the games: 4 pairs here, planted in both orders; the
+    # identical pair's two orders are one prompt, asked once)
+    assert judge.requests == 2 * n + 7
     result = runner.invoke(app, ["lc-winrate", str(ws), "--json"])
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)

@@ -209,6 +209,10 @@ class ModelSpec(Section):
     model: str = Field("bundled", description="'bundled', a GGUF path (llamacpp), a served model id (openai) or a "
                        "Hugging Face model folder, a GGUF path or 'bundled' (transformers)")
     mode: Literal["chat", "completion"] = "chat"
+    # exclude_if: written only when set, so identities and fingerprints of models without one stay as they were
+    family: str | None = Field(None, exclude_if=lambda v: v is None, description="the model family (e.g. 'llama'), "
+                               "for the self-preference check of a judge of the same family; default: the name "
+                               "stem of model (Meta-Llama-3-8B-Instruct: llama)")
     chat_format: str | None = Field(None, description="llama.cpp chat format name, e.g. 'gemma' or 'chatml'")
     chat_template: str | None = Field(
         None, description="a Jinja chat template (overrides chat_format); like Hugging Face templates it writes "
@@ -480,6 +484,27 @@ class ScaleConfig(Section):
     max_restarts: int = Field(3, ge=-1, description="ray: restarts of a dead engine actor (its batch is retried)")
 
 
+class AuditConfig(Section):
+    """Canaries planted beside an LLM judge's games (arena/canaries.py) and the thresholds they are held to."""
+
+    canaries: bool | None = Field(None, description="plant canaries: a null model, identical pairs, truncated "
+                                  "copies (and the flip rate of the run's own games in both orders); default: on "
+                                  "for LLM judges, off for the verifier (its checkers need none)")
+    share: float = Field(0.05, gt=0.0, le=0.5, description="canary games as a share of the run's games, at most")
+    seed: int = Field(0, description="which prompts and contestants the canaries are planted on")
+    max_null_win: float = Field(10.0, ge=0, le=100, description="percent: the null model may win at most this")
+    min_identical_tie: float = Field(80.0, ge=0, le=100, description="percent: identical pairs tied at least")
+    max_flip: float = Field(25.0, ge=0, le=100, description="percent: pairs whose winner flips with the order")
+    min_truncated_loss: float = Field(50.0, ge=0, le=100, description="percent: a truncated copy loses at least")
+
+    def enabled(self, judge: JudgeConfig) -> bool:
+        return self.canaries if self.canaries is not None else judge.kind != "verifier"
+
+    def thresholds(self) -> dict[str, float]:
+        return {"max_null_win": self.max_null_win, "min_identical_tie": self.min_identical_tie,
+                "max_flip": self.max_flip, "min_truncated_loss": self.min_truncated_loss}
+
+
 class RunConfig(Section):
     """One arena run: a test set, contestants, a judge, ratings."""
 
@@ -492,6 +517,7 @@ class RunConfig(Section):
     battles: BattleConfig = Field(default_factory=BattleConfig)
     ratings: RatingConfig = Field(default_factory=RatingConfig)
     scale: ScaleConfig = Field(default_factory=ScaleConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig, description="canaries that check an LLM judge")
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:

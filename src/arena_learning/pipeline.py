@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 from pydantic import BaseModel
@@ -173,6 +173,8 @@ class BattleReport:
     missing: dict[str, int]
     failed: int = 0
     stats: dict | None = None  # an LLM judge's parsed / retried / failed counts and tokens
+    self_preference: list = field(default_factory=list)  # arena.self_judging.SelfPreference per judge of a family
+    canaries: Any = None  # arena.canaries.CanaryReport (None: no canaries, e.g. the verifier)
 
 
 def make_judge(cfg: RunConfig) -> Judge:
@@ -192,6 +194,9 @@ def stage_battle(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
     answers = [a for a in store.get_answers(set_name=set_name) if a.model in set(names) and a.prompt_id in ids]
     if not prompts or not answers:
         raise ArenaError(f"{store.root} has no answers yet: run `arena answer` (or `arena run`) first")
+    from .arena.self_judging import check_self_judging, warn_self_preference
+
+    kin = check_self_judging(cfg.judge, cfg.models)  # a judge that is a contestant is refused before any call
     judge = make_judge(cfg)
     sched = cfg.battles
     progress = make_progress() if show_progress else None
@@ -211,18 +216,46 @@ def stage_battle(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
     finally:
         if progress is not None:
             progress.stop()
+    # Judgments of earlier runs (other models, prompts or judge settings) must not mix into audits.
+    judge_names = {cfg.judge.name, *(m.name for m in cfg.judge.members)}
+    store.replace_judgments(judge_names, judgments, set_name)
+    mine = [j for j in judgments if j.judge == cfg.judge.name]
+    canaries = _canaries(cfg, store, judge, judge_names, prompts, answers, mine, set_name) \
+        if cfg.audit.enabled(cfg.judge) else None
     costs = judge.call_stats()
     for name, judge_stats in costs.items():
         store.set_meta(f"judge_stats/{name}", judge_stats)
     stats = costs.get(judge.name)
-    # Judgments of earlier runs (other models, prompts or judge settings) must not mix into audits.
-    store.replace_judgments({cfg.judge.name, *(m.name for m in cfg.judge.members)}, judgments, set_name)
-    mine = [j for j in judgments if j.judge == cfg.judge.name]
     battles = combine_games(mine, cfg.judge.tie_threshold, mode=cfg.judge.combine,
                             strong_weight=cfg.judge.strong_weight)
     store.replace_battles(cfg.judge.name, battles, set_name)
     failed = sum(1 for j in mine if j.status == "failed")
-    return BattleReport(battles=battles, judged=len(judgments), missing=missing, failed=failed, stats=stats)
+    preference = warn_self_preference(cfg.judge, kin, battles)
+    return BattleReport(battles=battles, judged=len(judgments), missing=missing, failed=failed, stats=stats,
+                        self_preference=preference, canaries=canaries)
+
+
+def _canaries(cfg: RunConfig, store: Store, judge: Judge, judge_names: set[str], prompts: list[Prompt],
+              answers: list, games: list[Judgment], set_name: str):
+    """Plant the canaries (arena.canaries) beside ``games``, judge them, store them apart (their own prompt set)
+    and their report in the store; warn when the judge failed one. Return the ``CanaryReport``."""
+    import warnings
+
+    from .arena import canaries as cn
+
+    audit = cfg.audit
+    run_games = len({(j.prompt_id, frozenset((j.model_a, j.model_b))) for j in games})
+    tasks = cn.plant(prompts, answers, [m.name for m in cfg.models], run_games, audit.share, audit.seed)
+    planted = asyncio.run(judge.judge_pairs(store, tasks)) if tasks else []
+    where = f"{cn.CANARY_SET}/{set_name}"
+    store.replace_judgments(judge_names, planted, where)
+    report = cn.evaluate(cfg.judge.name, set_name, [j for j in planted if j.judge == cfg.judge.name], games,
+                         audit.thresholds())
+    store.set_meta(f"canaries/{cfg.judge.name}/{set_name}", report.as_dict())
+    line = report.warning()
+    if line is not None:
+        warnings.warn(cn.CanaryWarning(line), stacklevel=2)
+    return report
 
 
 def _adaptive(cfg: RunConfig, prompts: list[Prompt], answers: list,

@@ -319,7 +319,9 @@ def plan_battles(cfg: RunConfig, prompts: Sequence[Prompt], known: Known, ledger
     sched = cfg.battles
     if sched.schedule != "adaptive":
         pairs = schedule_pairs(sched.schedule, names, baseline=sched.baseline, target=sched.target)
-        return _judge_lines(cfg.judge, prompts, pairs, known, specs, ledger, stage)
+        lines = _judge_lines(cfg.judge, prompts, pairs, known, specs, ledger, stage)
+        games = sum(1 for p in prompts for a, b in pairs if known.answered(p, a) and known.answered(p, b))
+        return [*lines, *_canary_lines(cfg, prompts, games, lines, stage)]
     # adaptive: its budget in battles, each a game (two with both orders) per turn; which pairs is not known
     usable = [p for p in prompts if all(known.answered(p, m) for m in names)]
     round_robin = len(list(combinations(names, 2))) * len(usable)
@@ -344,6 +346,29 @@ def plan_battles(cfg: RunConfig, prompts: Sequence[Prompt], known: Known, ledger
                               note=f"adaptive: at most {budget} battles of {round_robin}; what the ledger holds "
                               f"of them is known only as they are chosen"))
     return lines
+
+
+def _canary_lines(cfg: RunConfig, prompts: Sequence[Prompt], games: int, judge_lines: Sequence[PlanLine],
+                  stage: str) -> list[PlanLine]:
+    """Return the line of the canaries planted beside ``games`` (arena.canaries): at most ``audit.share`` of them,
+    each costing what a game of the run costs (tokens and cost in proportion to the judge's lines)."""
+    import math
+
+    if not cfg.audit.enabled(cfg.judge):
+        return []
+    per_kind = math.floor(cfg.audit.share * games / 4)
+    calls_per_game = sum(x.calls for x in judge_lines) / games if games else 0.0
+    calls = round(4 * per_kind * calls_per_game)
+    if calls == 0:
+        return []
+    sent = sum(x.to_send for x in judge_lines) or 1
+    ratio = calls / sent
+    return [PlanLine(stage=stage, step="canaries", model=cfg.judge.name, calls=calls, cached=None,
+                     tokens_in=round(sum(x.tokens_in for x in judge_lines) * ratio),
+                     tokens_out=round(sum(x.tokens_out for x in judge_lines) * ratio),
+                     cost=sum(x.cost for x in judge_lines) * ratio,
+                     note=f"at most: {4 * per_kind} canary games (null model, identical pairs, truncated copies), "
+                          f"{cfg.audit.share:.0%} of the {games} games; judged as the run's are, rated nowhere")]
 
 
 def plan_run(cfg: RunConfig, store: Store | None, *, prompts: Sequence[Prompt] | None = None,

@@ -632,6 +632,12 @@ class Store:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else default
 
+    def meta_items(self, prefix: str) -> list[tuple[str, Any]]:
+        """Return (key, value) of every meta entry whose key starts with ``prefix`` (case-sensitive), by key."""
+        rows = self.db.execute("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ? ORDER BY key",
+                               (len(prefix), prefix))
+        return [(k, json.loads(v)) for k, v in rows]
+
     # ---- helpers ----------------------------------------------------------------
     def _tx(self) -> _Transaction:
         return _Transaction(self.db)

@@ -96,6 +96,8 @@ def print_report(report: FlywheelReport) -> None:
         t.add_row(str(r.round), escape(r.model), _fmt(r.rating), _ci(r), _delta(r.delta_prev), _exact(r.exact),
                   str(r.sft_examples), str(r.dpo_pairs), str(r.rm_pairs), _fmt(r.train_loss, 3))
     wide.print(t)
+    if report.judges:
+        wide.print(escape(report.judges), highlight=False)
     rows = [*report.stages, *report.ablations]
     show_sel = any(s.selection != "pair_judge" for s in rows)
     t = Table(title="stages (data: harvested / trained on; times: answering and judging the slice, training)",
@@ -201,6 +203,8 @@ def flywheel_command(
     ray: Annotated[str | None, typer.Option("--ray", help="run the battles' model calls in engine actors on a "
                                                "Ray cluster: its address ('auto', 'ray://host:10001') or 'local'; "
                                                "see scale: in the config")] = None,
+    accept_judge_risk: Annotated[bool, typer.Option(
+        "--accept-judge-risk", help="harvest even from a judge that failed its canaries")] = False,
 ) -> None:
     from ..flywheel.rounds import launch_plan, run_flywheel, save_flywheel_config
     from ..flywheel.settings import BASELINES, FlywheelConfig
@@ -220,7 +224,7 @@ def flywheel_command(
         return
     with Store(ws) as store, scaled(cfg.scale):
         save_flywheel_config(cfg, store)
-        report = run_flywheel(cfg, store, baselines=chosen)
+        report = run_flywheel(cfg, store, baselines=chosen, accept_judge_risk=accept_judge_risk)
     if json_out:
         typer.echo(json.dumps(report.as_json()))
     else:
@@ -271,7 +275,10 @@ def harvest_command(
     k: Annotated[float, typer.Option("--k", help="dpo/rm: drop pairs whose score gap is at most K")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed of the random baseline")] = 0,
     fmt: Annotated[str | None, typer.Option("--format", help="jsonl, parquet or hf (default: by --out)")] = None,
+    accept_judge_risk: Annotated[bool, typer.Option(
+        "--accept-judge-risk", help="harvest from a judge that failed its canaries (see `arena leaderboard`)")] = False,
 ) -> None:
+    from ..arena.canaries import judge_risk_error
     from ..flywheel.export import export_items
     from ..flywheel.harvest import PreferenceItem, SFTItem, per_model_counts, select_pairs, select_sft
 
@@ -285,12 +292,15 @@ def harvest_command(
         battles = store.get_battles(judge, set_name=set_name)
         answers = store.get_answers(set_name=set_name)
         saved = store.get_meta("config") or {}
-    judges = sorted({b.judge for b in battles})
+        judges = sorted({b.judge for b in battles})
+        risk = judge_risk_error(store, judges[0]) if len(judges) == 1 and not accept_judge_risk else None
     if not battles:
         raise ArenaError(f"{workspace} has no battles in set {set_name!r}" + (f" by judge {judge!r}" if judge else ""))
     if len(judges) > 1:
         raise ArenaError(f"battles of several judges ({', '.join(judges)}) in set {set_name!r}: choose one with "
                          "--judge")
+    if risk is not None:
+        raise ArenaError(risk)
     in_battles = {m for b in battles for m in (b.model_a, b.model_b)}
     order = [m["name"] for m in saved.get("models", []) if m.get("name") in in_battles]
     order += sorted(in_battles - set(order))

@@ -239,9 +239,14 @@ def leaderboard(
         from ..rating.export import write_leaderboard_csv
 
         write_leaderboard_csv(ratings, csv)
+    from ..arena.canaries import failed_line
+
     with Store(workspace, readonly=True) as store:
-        models = pipeline.load_saved_config(store).models
-    _emit_board(ratings, json_out, models)
+        cfg = pipeline.load_saved_config(store)
+        doubt = failed_line(store, cfg.judge.name)
+    _emit_board(ratings, json_out, cfg.models)
+    if doubt is not None:  # said beside the board, terminal or JSON (on stderr: stdout stays the board)
+        err_console.print(f"[bold yellow]warning:[/] {escape(doubt)}", highlight=False, soft_wrap=True)
 
 
 @app.command()

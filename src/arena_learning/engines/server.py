@@ -26,7 +26,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,13 +127,15 @@ def _unsupported(body: dict[str, Any]) -> web.Response | None:
     return None
 
 
-def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: FaultSpec | None = None
-             ) -> web.Application:
-    """Return the aiohttp application that serves ``engine`` as the model ``name``.
+def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None = None,
+             faults: FaultSpec | None = None) -> web.Application:
+    """Return the aiohttp application that serves ``engine`` as the model ``name`` (or under each of several
+    names, as vLLM's ``--served-model-name a b`` does; a reply names the model the request asked for).
 
     ``api_key``: every /v1 request must carry ``Authorization: Bearer <api_key>`` (else 401).
     ``faults``: inject faults into completion requests at the spec's rates (seeded).
     """
+    names = [name] if isinstance(name, str) else list(name)
     stats: dict[str, Any] = {"requests": 0, "errors": 0, "ok": 0, "faults": {}}
     rng = random.Random(faults.seed if faults else 0)
     expected = f"Bearer {api_key}".encode() if api_key else None
@@ -187,7 +189,8 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
 
     async def models(_: web.Request) -> web.Response:
         return web.json_response(
-            {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "arena-learning"}]}
+            {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "arena-learning"}
+                                        for n in names]}
         )
 
     async def parse(req: web.Request, field_name: str) -> tuple[dict[str, Any] | None, web.Response | None]:
@@ -197,8 +200,9 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
             return None, _error(400, "request body is not valid JSON")
         if not isinstance(body, dict) or field_name not in body:
             return None, _error(400, f"request body must be a JSON object with {field_name!r}")
-        if body.get("model", name) != name:
-            return None, _error(404, f"model {body.get('model')!r} not found; this server serves {name!r}", "not_found")
+        if body.get("model", names[0]) not in names:
+            served = ", ".join(map(repr, names))
+            return None, _error(404, f"model {body.get('model')!r} not found; this server serves {served}", "not_found")
         refused = _unsupported(body)
         if refused is not None:
             return None, refused
@@ -233,7 +237,7 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
         except CallFailed as err:
             return failure(err)
 
-    async def answer(request: Request, *, chat: bool) -> web.Response:
+    async def answer(request: Request, *, chat: bool, model: str) -> web.Response:
         """Answer ``request`` whole: a chat.completion or a text_completion in OpenAI's shape."""
         out = await run(request)
         if isinstance(out, web.Response):
@@ -246,7 +250,7 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
             "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16],
             "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
-            "model": name,
+            "model": model,
             "choices": [choice],
             "usage": _usage(out),
         })
@@ -261,7 +265,7 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
             return _error(400, f"bad messages: {exc.errors()[0]['msg']}")
         if body.get("stream"):
             return await stream(req, body, request, chat=True)
-        return await answer(request, chat=True)
+        return await answer(request, chat=True, model=body.get("model", names[0]))
 
     async def completions(req: web.Request) -> web.StreamResponse:
         body, err = await parse(req, "prompt")
@@ -275,14 +279,14 @@ def make_app(name: str, engine: Engine, *, api_key: str | None = None, faults: F
         request = Request(prompt=prompt, params=params_of(body))
         if body.get("stream"):
             return await stream(req, body, request, chat=False)
-        return await answer(request, chat=False)
+        return await answer(request, chat=False, model=body.get("model", names[0]))
 
     async def stream(req: web.Request, body: dict[str, Any], request: Request, *, chat: bool) -> web.StreamResponse:
         """Answer ``request`` as server-sent events: OpenAI's chunks, the usage chunk if asked, ``[DONE]``."""
         stats["requests"] += 1
         head = {"id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16],
                 "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": int(time.time()), "model": name}
+                "created": int(time.time()), "model": body.get("model", names[0])}
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         def chunk(delta: dict[str, Any] | str | None, finish: str | None = None) -> bytes:

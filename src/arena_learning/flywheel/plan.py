@@ -54,7 +54,7 @@ class _Walk:
             self.answered.add(ident)
             self.plan.lines.append(plan_answers(spec, prompts, self.ledger, stage, known, self.store, set_name,
                                                 fresh=spec.name in self.trained))
-        rc = self.cfg.arena_config(models, schedule, target)
+        rc = self.cfg.arena_config(models, schedule, target, rating=set_name == pipeline.TEST_SET)
         self.plan.lines.extend(plan_battles(rc, prompts, known, self.ledger, stage))
 
     def train(self, stage: str, kind: str, model: str, rows: int, slice_name: str, folder: Path | None) -> None:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .. import pipeline
+from ..arena.canaries import judge_risk_error
 from ..config import ModelSpec
 from ..engines.identity import content_identity
 from ..engines.transformers_engine import release_models, resolve_hf_folder
@@ -165,6 +166,7 @@ class FlywheelReport:
     ablations: list[StageRecord] = field(default_factory=list)
     ratings: list[Rating] = field(default_factory=list)
     seconds: float = 0.0
+    judges: str = ""  # which judge harvested the data and which rated the rounds (FlywheelConfig.judges_line)
 
     def table(self) -> RoundTable:
         return RoundTable(rounds=self.rounds, references=self.references, base=self.base)
@@ -174,7 +176,8 @@ class FlywheelReport:
         return {"rounds": [r.dump() for r in self.rounds],
                 "references": [r.dump() for r in self.references],
                 "base": None if self.base is None else self.base.dump(),
-                "stages": [s.row() for s in self.stages], "ablations": [s.row() for s in self.ablations]}
+                "stages": [s.row() for s in self.stages], "ablations": [s.row() for s in self.ablations],
+                "judges": self.judges}
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -184,8 +187,10 @@ class Flywheel:
     """Runs a FlywheelConfig in a workspace, resuming whatever an earlier run left."""
 
     def __init__(self, cfg: FlywheelConfig, store: Store, *, show_progress: bool = True,
-                 baselines: Sequence[str] | None = None, say: Callable[[str], None] | None = None):
+                 baselines: Sequence[str] | None = None, say: Callable[[str], None] | None = None,
+                 accept_judge_risk: bool = False):
         self.cfg = cfg
+        self.accept_judge_risk = accept_judge_risk  # harvest even from a judge that failed its canaries
         self.store = store
         self.show_progress = show_progress
         self.baselines = list(cfg.harvest.baselines if baselines is None else baselines)
@@ -241,7 +246,8 @@ class Flywheel:
                 answered.update({name: idents[name] for name in report.stats})
                 self._save_state()
 
-        return pipeline.run_stages(self.cfg.arena_config(models, schedule, target), self.store, prompts,
+        rc = self.cfg.arena_config(models, schedule, target, rating=set_name == TEST_SET)
+        return pipeline.run_stages(rc, self.store, prompts,
                                    set_name=set_name, show_progress=self.show_progress, rate=rate, skip=skip,
                                    fill_empty=True, on_answers=keep)
 
@@ -345,6 +351,9 @@ class Flywheel:
             result = self.arena(models, prompts, slice_set(stage.slice), "all")
         answers = [a for a in self.store.get_answers(set_name=slice_set(stage.slice)) if a.model in names]
         battles = result.battles.battles
+        risk = None if self.accept_judge_risk else judge_risk_error(self.store, self.cfg.judge.name)
+        if risk is not None:
+            raise ArenaError(f"{rec.key}: {risk}")
         rec.seconds.answer_battle = round(time.perf_counter() - t0, 1)
         t1 = time.perf_counter()
         if stage.kind == "sft":
@@ -488,7 +497,7 @@ class Flywheel:
 
     def evidence(self) -> Evidence | None:
         """Return the paired deltas, exact answers and verbosity of the test set's battles (None: nothing to rate)."""
-        battles = self.store.get_battles(self.cfg.judge.name, TEST_SET)
+        battles = self.store.get_battles(self.cfg.rating_judge.name, TEST_SET)
         if not battles:
             return None
         answers = self.store.get_answers(set_name=TEST_SET)
@@ -501,7 +510,7 @@ class Flywheel:
                stage_recs: list[StageRecord], seconds: float) -> FlywheelReport:
         """Return the round table of ``ratings`` (the last evaluation's); keep it and the stage ratings in the state."""
         by_name = {r.model: r for r in ratings}
-        rep = FlywheelReport(ratings=ratings, seconds=seconds)
+        rep = FlywheelReport(ratings=ratings, seconds=seconds, judges=self.cfg.judges_line())
         base_name = f"{self.cfg.target.name}-base"
         ev = self.evidence()
         rated_refs = [by_name[m.name] for m in self.refs if m.name in by_name]
@@ -584,11 +593,13 @@ def launch_plan(cfg: FlywheelConfig, workspace: str | Path,
 
 
 def run_flywheel(cfg: FlywheelConfig, store: Store, *, show_progress: bool = True,
-                 baselines: Sequence[str] | None = None) -> FlywheelReport:
-    """Run (or resume) the flywheel ``cfg`` in ``store``'s workspace; return the round table."""
+                 baselines: Sequence[str] | None = None, accept_judge_risk: bool = False) -> FlywheelReport:
+    """Run (or resume) the flywheel ``cfg`` in ``store``'s workspace; return the round table. A judge that
+    failed its canaries stops it before its first harvest, unless ``accept_judge_risk``."""
     # A launch that cannot work here (DeepSpeed not installed) is said before the first round's battles.
     check_launchable(cfg.training.launch)
-    return Flywheel(cfg, store, show_progress=show_progress, baselines=baselines).run()
+    return Flywheel(cfg, store, show_progress=show_progress, baselines=baselines,
+                    accept_judge_risk=accept_judge_risk).run()
 
 
 def save_flywheel_config(cfg: FlywheelConfig, store: Store) -> None:

@@ -268,7 +268,13 @@ class FlywheelConfig(Section):
     workspace: str | None = None
     target: ModelSpec = Field(description="the model trained (engine: transformers)")
     references: list[ModelSpec] = Field(min_length=1, description="the models the target battles")
-    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="the judge of the training slices' battles: "
+                               "what it prefers becomes the training data")
+    # exclude_if: written only when set, so that configs without one keep their saved form and fingerprints
+    eval_judge: JudgeConfig | None = Field(
+        None, exclude_if=lambda v: v is None, description="the judge that rates the rounds on the test set "
+        "(default: judge). Another model keeps the flywheel from grading its own homework: a judge's taste that "
+        "the data taught would otherwise be measured by the same taste")
     tasks: TasksConfig = Field(default_factory=lambda: TasksConfig(n=180), description="the test set (task suite)")
     prompts: PromptsConfig | None = Field(None, description="open prompts as the test set instead (LLM judge)")
     pool: dict[str, SliceSpec] = Field(min_length=1, description="training slices by name (D0, D1, ...)")
@@ -300,21 +306,28 @@ class FlywheelConfig(Section):
                 if st.kind == "rl" and self.training.rl.reward == "verifier" and self.pool[st.slice].set is not None:
                     raise ValueError(f"rounds.{r}: an rl stage with reward 'verifier' needs task-suite prompts; slice "
                                      f"{st.slice!r} is a stored set (use reward: model)")
-        known = {*names, *(j.model.name for j in [self.judge, *self.judge.members] if j.model is not None)}
+        judges = [self.judge, *self.judge.members]
+        if self.eval_judge is not None:
+            judges += [self.eval_judge, *self.eval_judge.members]
+            if self.eval_judge.name == self.judge.name and self.eval_judge != self.judge:
+                raise ValueError(f"eval_judge is named {self.judge.name!r}, as judge, but is another judge: battles "
+                                 "are stored by judge name, so give it a name of its own")
+        known = {*names, *(j.model.name for j in judges if j.model is not None)}
         unknown = sorted(set(self.scale.models) - known)
         if unknown:
             raise ValueError(f"scale.models names {', '.join(unknown)}, not the target, a reference or a judge model: "
                              f"{', '.join(sorted(known))} (a trained model's actors take scale.defaults)")
-        if self.judge.kind == "verifier" and self.prompts is not None:
+        if self.rating_judge.kind == "verifier" and self.prompts is not None:
             raise ValueError("judge 'verifier' scores task-suite prompts only; open prompts need an LLM judge")
         for name, sl in self.pool.items():
             bad = [c for c in sl.categories or [] if c not in suite_categories(self.tasks.suite)]
             if bad:
                 raise ValueError(f"pool.{name}.categories: {bad} are not categories of suite {self.tasks.suite} "
                                  f"(tasks.suite); it has {', '.join(suite_categories(self.tasks.suite))}")
-        why = oracle_judge_error([self.target, *self.references], self.judge)
-        if why is not None:
-            raise ValueError(why)
+        for judge in {id(j): j for j in (self.judge, self.rating_judge)}.values():
+            why = oracle_judge_error([self.target, *self.references], judge)
+            if why is not None:
+                raise ValueError(why)
         for pos, (name, sl) in enumerate(self.pool.items()):
             # the test set is made with tasks.seed: a slice of the same seed would train on test prompts' kin
             if sl.set is None and self.slice_seed(pos, sl) == self.tasks.seed:
@@ -328,8 +341,25 @@ class FlywheelConfig(Section):
         """Return the task-suite seed of the task slice ``spec``, at position ``pos`` of the pool."""
         return spec.seed if spec.seed is not None else 1000 + pos
 
+    @property
+    def rating_judge(self) -> JudgeConfig:
+        """The judge of the test set's battles: ``eval_judge``, or ``judge`` when none is given."""
+        return self.eval_judge if self.eval_judge is not None else self.judge
+
+    def judges_line(self) -> str:
+        """Say which judge harvests and which rates (the round table's header)."""
+        h, r = self.judge, self.rating_judge
+        if r is not h and r != h:
+            return f"judges: {h.name} harvests the training data, {r.name} rates the rounds"
+        why = (" (a verifier checks answers against the task suite's reference answers: no taste of its own to "
+               "teach, so it may serve as both)" if h.kind == "verifier" else
+               " (the same model: set eval_judge to rate with another)")
+        return f"judges: {h.name} harvests the training data and rates the rounds{why}"
+
     def arena_config(self, models: Sequence[ModelSpec], schedule: Literal["all", "target"] = "all",
-                     target: str | None = None) -> RunConfig:
-        """Return the arena run the flywheel makes of ``models``: its judge, test set and ratings, ``schedule``."""
-        return RunConfig(name=self.name, models=list(models), judge=self.judge, tasks=self.tasks, prompts=self.prompts,
+                     target: str | None = None, *, rating: bool = False) -> RunConfig:
+        """Return the arena run the flywheel makes of ``models``: its judge (the rating judge for the test set:
+        ``rating``), test set and ratings, ``schedule``."""
+        judge = self.rating_judge if rating else self.judge
+        return RunConfig(name=self.name, models=list(models), judge=judge, tasks=self.tasks, prompts=self.prompts,
                          ratings=self.ratings, battles=BattleConfig(schedule=schedule, target=target))

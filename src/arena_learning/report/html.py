@@ -85,14 +85,14 @@ def _load_config(store: Store) -> RunConfig:
     fw = validate_config(saved, FlywheelConfig, f"the flywheel config saved in {store.root} (rerun `arena flywheel` "
                          "to refresh it)")
     models: list[str] = []
-    for b in store.get_battles(fw.judge.name):
+    for b in store.get_battles(fw.rating_judge.name):
         for m in (b.model_a, b.model_b):
             if m not in models:
                 models.append(m)
     if len(models) < 2:
         raise ArenaError(f"{store.root} holds a flywheel with no rated models yet: run `arena flywheel` first")
     # the answers are in the store: the report asks no model anything
-    return fw.arena_config([ModelSpec(name=m, engine="imported") for m in models])
+    return fw.arena_config([ModelSpec(name=m, engine="imported") for m in models], rating=True)
 
 
 def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_limit: int = INLINE_LIMIT
@@ -115,6 +115,9 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
         judge_stats = {j.name: store.get_meta(f"judge_stats/{j.name}") for j in [cfg.judge, *cfg.judge.members]}
         cluster_map = store.get_meta("testset/cluster_map")
         per_cluster = store.get_meta("testset/per_cluster")
+        from ..arena.canaries import stored_reports
+
+        canaries = stored_reports(store, cfg.judge.name)
         try:
             style = stage_style_control(cfg, store)
             style_note = ""
@@ -134,6 +137,16 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
            f"{_e(cfg.battles.schedule)}; {len(battles)} battles; workspace <code>{_e(root)}</code>.</p>",
            _table(["category / cluster", "prompts"],
                   [[_e(g), str(n)] for g, n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))][:40])]
+    failed = [w for c in canaries if (w := c.warning()) is not None]
+    if failed:  # first thing on the page: these figures come from a judge that a canary fooled
+        run.insert(0, "".join(f'<p class="warn" role="alert" style="color:#a40000"><b>Warning: {_e(w)}.</b></p>'
+                              for w in failed))
+    if canaries:
+        run.append("<h3>Canaries</h3>" + _table(
+            ["set", "check", "value", "95% CI", "games", "rule", "passed"],
+            [[_e(c.set_name), _e(k.name), "-" if k.value is None else f"{k.value:.1f}%",
+              "-" if k.ci_low is None else f"{k.ci_low:.1f}..{k.ci_high:.1f}", str(k.games), _e(k.rule),
+              {True: "yes", False: "<b>no</b>", None: "-"}[k.passed]] for c in canaries for k in c.checks]))
     sections.append(("run", "The run", "".join(run)))
 
     # -- leaderboard

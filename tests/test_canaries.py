@@ -1,0 +1,158 @@
+"""Canaries beside every LLM-judged run: a judge on 127.0.0.1 that likes long confident answers fails the null
+model's canary, which the terminal, the report and harvesting then say; a fair scripted judge passes them all;
+canary games enter no rating, no harvest and no export; their cost is planned."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from arena_learning import pipeline
+from arena_learning.arena import canaries as cn
+from arena_learning.cli import app
+from arena_learning.plan import plan_run
+from arena_learning.records import Answer, Judgment, Prompt
+from arena_learning.store import Store
+
+from .conftest import Reply, fenced
+
+N = 40  # prompts; two contestants: 40 games, so audit.share 0.2 plants 2 of each of the 4 canary slots
+
+
+def answer_text(i: int, model: str) -> str:
+    # the contestants' answers name their topic and give details; the weak one gives fewer
+    return f"About topic {i}: " + " ".join(["detail"] * (6 if model == "strong" else 3))
+
+
+def length_loving(body):
+    """A bad judge: the longer answer scores higher, whatever it says (the null model's answer is long)."""
+    user = body["messages"][-1]["content"]
+    a, b = fenced(user, "ANSWER A") or "", fenced(user, "ANSWER B") or ""
+    return Reply(json.dumps({"explanation": "longer is better", "score_a": min(10, 1 + len(a) // 40),
+                             "score_b": min(10, 1 + len(b) // 40)}))
+
+
+def fair(body):
+    """A fair judge: an answer on the question's topic scores by its details; one off the topic scores 1."""
+    user = body["messages"][-1]["content"]
+    topic = re.search(r"question about topic (\d+)", user)
+    a, b = fenced(user, "ANSWER A") or "", fenced(user, "ANSWER B") or ""
+
+    def score(text: str) -> int:
+        on_topic = topic is not None and f"topic {topic.group(1)}:" in text
+        return min(10, 2 + text.count("detail")) if on_topic else 1
+
+    return Reply(json.dumps({"explanation": "on topic and detailed", "score_a": score(a), "score_b": score(b)}))
+
+
+def workspace(tmp_path, url: str):
+    cfg_path = tmp_path / "run.yaml"
+    cfg_path.write_text(
+        "name: c\nprompts: {set: open}\nratings: {bootstrap: 10}\n"
+        "models:\n  - {name: strong, engine: imported}\n  - {name: weak, engine: imported}\n"
+        f"judge: {{kind: llm, name: j, template: pairwise, retries: 0, model: {{name: jm, engine: openai, model: jm, "
+        f"base_url: '{url}'}}}}\naudit: {{share: 0.2}}\n")
+    ws = tmp_path / "ws"
+    with Store(ws) as store:
+        store.put_prompts("open", [Prompt(id=f"p{i}", turns=[f"A question about topic {i}."]) for i in range(N)])
+        store.put_answers([Answer(prompt_id=f"p{i}", model=m, turns=[answer_text(i, m)])
+                           for i in range(N) for m in ("strong", "weak")])
+    return cfg_path, ws
+
+
+def test_a_length_loving_judge_fails_the_null_model_and_everything_says_so(tmp_path, scripted_server):
+    server = scripted_server(length_loving)
+    cfg_path, ws = workspace(tmp_path, server.url)
+    runner = CliRunner()
+    plan = runner.invoke(app, ["plan", str(cfg_path), "-w", str(ws), "--json"])
+    assert plan.exit_code == 0, plan.output
+    lines = {x["step"]: x for x in json.loads(plan.stdout)["lines"]}
+    assert lines["judge"]["calls"] == 2 * N and lines["canaries"]["calls"] == 16  # 8 canary games, both orders
+    battle = runner.invoke(app, ["battle", str(cfg_path), "-w", str(ws)])
+    assert battle.exit_code == 0, battle.output
+    said = " ".join(battle.output.split())
+    assert "judge 'j' failed its canaries on 'test': null model win rate 100.0% of 8 games (should be at most 10%)" \
+        in said
+    assert server.requests == 2 * N + 16 - 2  # the identical pairs' two orders are one prompt each: asked once
+    with Store(ws, readonly=True) as store:
+        (report,) = cn.stored_reports(store, "j")
+        checks = {c.name: c for c in report.checks}
+        assert checks["identical pairs tied"].passed and checks["truncated copy lost"].passed
+        assert checks["order flip rate"].value == 0.0 and checks["order flip rate"].games == N
+        assert report.null_by_variant == {cn.NULL_MODEL: 100.0, cn.NULL_JUDGE_MODEL: 100.0}
+        # the canary games are kept apart: no battle and no judgment of the test set names a canary
+        assert not any(m.startswith("canary:") for b in store.get_battles("j") for m in (b.model_a, b.model_b))
+        assert len(store.get_judgments("j", set_name="canary/test")) == 16
+    board = runner.invoke(app, ["leaderboard", str(ws), "--json"])
+    assert board.exit_code == 0 and {r["model"] for r in json.loads(board.stdout)} == {"strong", "weak"}
+    assert "failed its canaries" in board.stderr
+    from arena_learning.report.html import write_report
+
+    page = write_report(ws).read_text()
+    assert 'role="alert"' in page and "failed its canaries" in page and "null model win rate" in page
+    # harvesting from that judge is refused, unless the risk is accepted
+    args = ["harvest", str(ws), "--kind", "dpo", "--set", "test", "--out", str(tmp_path / "p.jsonl"), "--k", "0",
+            "--models", "strong,weak", "--selection", "all"]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "--accept-judge-risk" in refused.output
+    taken = runner.invoke(app, [*args, "--accept-judge-risk"])
+    assert taken.exit_code == 0, taken.output
+    assert "canary" not in (tmp_path / "p.jsonl").read_text()
+
+
+def test_a_fair_judge_passes_every_canary(tmp_path, scripted_server):
+    server = scripted_server(fair)
+    cfg_path, ws = workspace(tmp_path, server.url)
+    result = CliRunner().invoke(app, ["battle", str(cfg_path), "-w", str(ws)])
+    assert result.exit_code == 0, result.output
+    assert "canaries" not in result.output
+    with Store(ws, readonly=True) as store:
+        (report,) = cn.stored_reports(store, "j")
+        assert report.failed == [] and all(c.passed for c in report.checks), report.checks
+        values = {c.name: c.value for c in report.checks}
+        assert values == {"null model win rate": 0.0, "identical pairs tied": 100.0, "order flip rate": 0.0,
+                          "truncated copy lost": 100.0}
+
+
+def test_the_verifier_plants_none_and_a_small_run_plants_what_its_share_allows():
+    prompts = [Prompt(id=f"p{i}", turns=["q"]) for i in range(3)]
+    answers = [Answer(prompt_id=p.id, model=m, turns=["x y z"]) for p in prompts for m in ("a", "b")]
+    assert cn.plant(prompts, answers, ["a", "b"], run_games=3, share=0.05, seed=0) == []  # 5% of 3 games: none
+    tasks = cn.plant(prompts, answers, ["a", "b"], run_games=80, share=0.05, seed=0)
+    assert sorted(t.answer_b.model for t in tasks) == sorted([cn.NULL_MODEL, cn.NULL_JUDGE_MODEL, cn.IDENTICAL_MODEL,
+                                                              cn.TRUNCATED_MODEL])
+    assert cn.truncate("one two three four") == "one two" and cn.truncate("abcdef") == "abc"
+    cfg = pipeline.RunConfig.model_validate({"name": "v", "models": [{"name": "a", "engine": "imported"},
+                                                                     {"name": "b", "engine": "imported"}]})
+    assert not cfg.audit.enabled(cfg.judge)
+    assert all(x.step != "canaries" for x in plan_run(cfg, None).lines)
+
+
+def test_flips_count_twins_whose_two_orders_name_different_winners():
+    def game(pid, a, b, verdict):
+        return Judgment(prompt_id=pid, model_a=a, model_b=b, judge="j", verdict=verdict)
+
+    games = [game("p1", "x", "y", "model_a"), game("p1", "y", "x", "model_a"),  # x wins, then y wins: a flip
+             game("p2", "x", "y", "model_a"), game("p2", "y", "x", "model_b"),  # x both times
+             game("p3", "x", "y", "tie"), game("p3", "y", "x", "model_a"),      # a tie is no flip
+             game("p4", "x", "y", "model_a")]                                   # one order only: no twin
+    assert cn.flips(games) == (1, 3)
+    lo, hi = cn.wilson(1, 3)
+    assert lo is not None and hi is not None and lo < 100 / 3 < hi
+    assert cn.wilson(0, 0) == (None, None)
+
+
+@pytest.mark.parametrize("value,failed", [(5.0, False), (30.0, True)])
+def test_a_report_round_trips_through_the_store(tmp_path, value, failed):
+    report = cn.CanaryReport(judge="j", set_name="test", calls=4, checks=[
+        cn.Check(name="order flip rate", value=value, games=20, ci_low=1.0, ci_high=50.0, threshold=25.0,
+                 passed=value <= 25.0, rule="at most 25%")])
+    with Store(tmp_path / "ws") as store:
+        store.set_meta("canaries/j/test", report.as_dict())
+        store.set_meta("canaries/J/test", {**report.as_dict(), "judge": "J"})  # another judge (case matters)
+        (back,) = cn.stored_reports(store, "j")
+        assert back == report
+        assert (cn.judge_risk_error(store, "j") is not None) == failed
