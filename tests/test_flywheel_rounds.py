@@ -271,3 +271,31 @@ def test_an_empty_stored_slice_is_a_clear_error_of_flywheel_and_plan(tmp_path):
     assert res.exit_code == 2 and f"pool.D0.set: the prompt set 'pool/D1' is empty or missing in the workspace {ws}" \
         in res.output, res.output
     assert "arena pool build" in res.output
+
+
+def test_a_stored_slice_loses_its_near_copies_of_every_test_set_in_the_workspace(tmp_path):
+    from collections import Counter
+
+    from arena_learning.flywheel.rounds import slice_prompts
+    from arena_learning.records import Prompt
+    from arena_learning.store import Store
+
+    question = ("Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural "
+                "experiences and must-see attractions.")
+    long_test = ("Explain, in a way that a curious twelve year old could follow, why the sky looks blue during the "
+                 "day and turns red and orange when the sun sets over the ocean.")
+    pool = [Prompt(id="copy", turns=[question.replace("engaging", "engaging,").lower()]),  # a near-copy: MinHash
+            Prompt(id="pasted", turns=["Please help me. " + long_test.replace("ocean.", "ocean, with examples.")
+                                       + " Then also write me a short poem about autumn leaves falling slowly."]),
+            Prompt(id="clean", turns=["Write a haiku about a lighthouse in winter."])]
+    cfg = config(pool={"D0": {"set": "pool/D0"}, "D1": CONFIG["pool"]["D1"]})
+    with Store(tmp_path / "ws") as store:
+        store.put_prompts("pool/D0", pool)
+        # a test set the pool was not built against: added to the workspace later (another test set, not the run's)
+        store.put_prompts("testset/later", [Prompt(id="t1", turns=[question]), Prompt(id="t2", turns=[long_test])])
+        near: dict[str, Counter[str]] = {}
+        slices = slice_prompts(cfg, [], store, near)
+    prompts, dropped = slices["D0"]
+    assert [p.id for p in prompts] == ["clean"] and dropped == 2
+    assert near == {"D0": Counter({"contaminated_minhash": 1, "contaminated_ngram": 1})}
+    assert "D1" not in near  # task slices: exact-disjoint by construction, near-copy tests do not apply

@@ -211,6 +211,9 @@ class Evaluation(Record):
 class SliceRecord(Record):
     prompts: int
     dropped_as_test: int = Field(0, description="prompts of a stored set left out as test prompts")
+    dropped_near_test: dict[str, int] = Field(default_factory=dict, description="of them, near-copies of a prompt of "
+                                              "a test set in the workspace, by reason (contaminated_minhash, "
+                                              "contaminated_ngram)")
 
 
 class RunRecord(Record):

@@ -33,6 +33,7 @@ import json
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,13 +113,31 @@ def task_slice(spec: SliceSpec, seed: int, exclude: set[str], suite: int = 1) ->
     return out
 
 
-def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt],
-                  store: Store | None) -> dict[str, tuple[list[Prompt], int]]:
+def test_sets(store: Store | None, test: Sequence[Prompt]) -> list[Prompt]:
+    """Return the prompts of every test set in the workspace: the run's (``test``), ``test`` and ``testset/*``."""
+    out = {p.id: p for p in test}
+    if store is not None:
+        for name in store.prompt_sets():
+            if name == TEST_SET or name.startswith("testset/"):
+                out.update({p.id: p for p in store.get_prompts(name)})
+    return list(out.values())
+
+
+def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | None,
+                  near: dict[str, Counter[str]] | None = None) -> dict[str, tuple[list[Prompt], int]]:
     """Return every slice of ``cfg``'s pool, in pool order: its prompts and how many were dropped as test prompts.
 
     Slices are disjoint and decontaminated: no test prompt, no few-shot example, no prompt of an
     earlier slice. A stored set is read from ``store``; an empty or missing one is an ArenaError.
+    A stored slice is also checked against every test set in the workspace with the tests ``arena
+    pool build`` uses (MinHash near-copies, long shared n-grams; curate.decontam), since a test set
+    may come after the pool was built: what it drops is counted in ``near`` (slice -> reason -> n)
+    and in the dropped count. Task-suite slices are exact-disjoint by construction; their items
+    share templates by design, so near-copy tests do not apply to them.
     """
+    from ..curate.decontam import decontaminate
+
+    tests = test_sets(store, test)
     banned = {_norm(t) for p in test for t in p.turns}
     banned |= {_norm(q) for q in pipeline.few_shot_questions([cfg.target, *cfg.references])}
     out: dict[str, tuple[list[Prompt], int]] = {}
@@ -131,6 +150,9 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt],
                                  "it first (`arena pool build`, `arena ingest`), or give the slice task prompts "
                                  "(n, seed)")
             prompts = [p for p in got if not any(_norm(t) in banned for t in p.turns)]
+            prompts, why, _ = decontaminate(prompts, tests)
+            if near is not None and why:
+                near[name] = why
             if spec.limit is not None:
                 prompts = prompts[: spec.limit]
             dropped = len(got) - len(prompts)
@@ -167,6 +189,7 @@ class FlywheelReport:
     ratings: list[Rating] = field(default_factory=list)
     seconds: float = 0.0
     judges: str = ""  # which judge harvested the data and which rated the rounds (FlywheelConfig.judges_line)
+    slices: dict[str, Any] = field(default_factory=dict)  # per slice: prompts, dropped as test, near-copies by reason
 
     def table(self) -> RoundTable:
         return RoundTable(rounds=self.rounds, references=self.references, base=self.base)
@@ -177,7 +200,7 @@ class FlywheelReport:
                 "references": [r.dump() for r in self.references],
                 "base": None if self.base is None else self.base.dump(),
                 "stages": [s.row() for s in self.stages], "ablations": [s.row() for s in self.ablations],
-                "judges": self.judges}
+                "judges": self.judges, "slices": self.slices}
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -216,10 +239,16 @@ class Flywheel:
 
     def make_slices(self) -> None:
         """Make every slice in pool order (disjoint, decontaminated) and store it as a prompt set."""
-        for name, (prompts, dropped) in slice_prompts(self.cfg, self.test_prompts(), self.store).items():
+        near: dict[str, Counter[str]] = {}
+        for name, (prompts, dropped) in slice_prompts(self.cfg, self.test_prompts(), self.store, near).items():
             self._slices[name] = prompts
             self.store.put_prompts(slice_set(name), prompts)
-            self.state.slices[name] = SliceRecord(prompts=len(prompts), dropped_as_test=dropped)
+            self.state.slices[name] = SliceRecord(prompts=len(prompts), dropped_as_test=dropped,
+                                                  dropped_near_test=dict(near.get(name, {})))
+            if near.get(name):
+                why = ", ".join(f"{k.removeprefix('contaminated_')} {v}" for k, v in sorted(near[name].items()))
+                self.say(f"[flywheel] slice {name}: {sum(near[name].values())} prompts dropped as near-copies of "
+                         f"test prompts ({why}); they are never answered, harvested or trained on")
         self._save_state()
 
     # ---- answering and judging -------------------------------------------------------------
@@ -510,7 +539,8 @@ class Flywheel:
                stage_recs: list[StageRecord], seconds: float) -> FlywheelReport:
         """Return the round table of ``ratings`` (the last evaluation's); keep it and the stage ratings in the state."""
         by_name = {r.model: r for r in ratings}
-        rep = FlywheelReport(ratings=ratings, seconds=seconds, judges=self.cfg.judges_line())
+        rep = FlywheelReport(ratings=ratings, seconds=seconds, judges=self.cfg.judges_line(),
+                             slices={k: v.model_dump(mode="json") for k, v in self.state.slices.items()})
         base_name = f"{self.cfg.target.name}-base"
         ev = self.evidence()
         rated_refs = [by_name[m.name] for m in self.refs if m.name in by_name]
