@@ -156,3 +156,20 @@ def test_a_report_round_trips_through_the_store(tmp_path, value, failed):
         (back,) = cn.stored_reports(store, "j")
         assert back == report
         assert (cn.judge_risk_error(store, "j") is not None) == failed
+
+
+def test_harvest_lineage_names_the_judge_and_the_battles_behind_each_row(tmp_path, scripted_server):
+    server = scripted_server(fair)
+    cfg_path, ws = workspace(tmp_path, server.url)
+    runner = CliRunner()
+    assert runner.invoke(app, ["battle", str(cfg_path), "-w", str(ws)]).exit_code == 0
+    out = tmp_path / "pairs.jsonl"
+    res = runner.invoke(app, ["harvest", str(ws), "--kind", "dpo", "--set", "test", "--out", str(out), "--k", "0",
+                              "--models", "strong,weak", "--lineage"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == N and all(r["judge"] == "j" for r in rows)
+    for r in rows:
+        (b,) = r["battles"]  # the one battle of the pair on this prompt, with its verdict and scores
+        assert {b["model_a"], b["model_b"]} == {"strong", "weak"} and b["outcome"] in ("model_a", "model_b")
+        assert r["chosen_model"] == "strong" and b["score_a"] is not None

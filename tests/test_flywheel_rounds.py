@@ -299,3 +299,27 @@ def test_a_stored_slice_loses_its_near_copies_of_every_test_set_in_the_workspace
     assert [p.id for p in prompts] == ["clean"] and dropped == 2
     assert near == {"D0": Counter({"contaminated_minhash": 1, "contaminated_ngram": 1})}
     assert "D1" not in near  # task slices: exact-disjoint by construction, near-copy tests do not apply
+
+
+@pytest.mark.slow
+def test_arena_info_traces_a_trained_example_back_to_its_battles(killed_and_resumed):
+    from typer.testing import CliRunner
+
+    from arena_learning.cli import app
+    from arena_learning.flywheel.export import read_items
+
+    ws = killed_and_resumed["ws"]
+    item = read_items(ws / "flywheel" / "round-1" / "0-sft" / "sft.jsonl")[0]
+    res = CliRunner().invoke(app, ["info", str(ws), "--example", item.prompt_id, "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["prompt"] and any(e["stage"] == "round-1/0-sft" and e["models"] == [item.source_model]
+                                  for e in data["examples"])
+    assert {b["set"] for b in data["battles"]} == {"flywheel/D1"} and all(b["judge"] == "verifier"
+                                                                          for b in data["battles"])
+    assert any(item.source_model in (b["model_a"], b["model_b"]) for b in data["battles"])
+    assert data["games"] and all(g["explanation"] for g in data["games"])
+    table = CliRunner().invoke(app, ["info", str(ws), "--example", item.prompt_id])
+    assert table.exit_code == 0 and "the battles behind it" in table.stdout
+    missing = CliRunner().invoke(app, ["info", str(ws), "--example", "nope"])
+    assert missing.exit_code == 2 and "no harvested example" in missing.output

@@ -277,6 +277,8 @@ def harvest_command(
     fmt: Annotated[str | None, typer.Option("--format", help="jsonl, parquet or hf (default: by --out)")] = None,
     accept_judge_risk: Annotated[bool, typer.Option(
         "--accept-judge-risk", help="harvest from a judge that failed its canaries (see `arena leaderboard`)")] = False,
+    lineage: Annotated[bool, typer.Option(
+        "--lineage", help="add to each row the judge and the battles on its prompt that decided it")] = False,
 ) -> None:
     from ..arena.canaries import judge_risk_error
     from ..flywheel.export import export_items
@@ -320,7 +322,15 @@ def harvest_command(
     else:
         items = select_pairs(selection, prompts, answers, battles, models=chosen or order, k=k, seed=seed,
                              slice_name=set_name)
-    path = export_items(items, out, fmt, kind="sft" if kind == "sft" else "pairs")
+    if lineage:
+        from ..flywheel.export import pair_rows, sft_rows, write_rows
+        from ..flywheel.lineage import with_lineage
+
+        rows = sft_rows(items) if kind == "sft" else pair_rows(items)  # type: ignore[arg-type]  # kind says which
+        path = write_rows(with_lineage(rows, items, judges[0], battles), out, fmt,
+                          kind="sft" if kind == "sft" else "pairs")
+    else:
+        path = export_items(items, out, fmt, kind="sft" if kind == "sft" else "pairs")
     what = "examples" if kind == "sft" else "pairs"
     err_console.print(f"{len(items)} {kind} {what} from {len(battles)} battles in {set_name!r}; by model: "
                       + (", ".join(f"{m} {n}" for m, n in per_model_counts(items).items()) or "none"), highlight=False)

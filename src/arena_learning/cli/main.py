@@ -423,9 +423,17 @@ def serve(
 @app.command()
 @user_errors
 def info(workspace: Annotated[Path, typer.Argument(help="workspace directory")],
-         json_out: Annotated[bool, typer.Option("--json", help="print as JSON")] = False) -> None:
+         json_out: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
+         example: Annotated[str | None, typer.Option(
+             "--example", help="trace the flywheel's training examples of this prompt id to their battles")] = None,
+         ) -> None:
     """What a workspace holds: schema version, prompt sets, answers per set, battles per judge, ledger calls,
-    and each model's identity in the ledger (engine, file name and content hash, or endpoint model and revision)."""
+    and each model's identity in the ledger (engine, file name and content hash, or endpoint model and revision).
+    With --example PROMPT_ID: every example and pair the flywheel harvested from that prompt (stage, round,
+    which model's answer, the selection rule) and the battles and judge games behind them."""
+    if example is not None:
+        _trace_example(workspace, example, json_out)
+        return
     with Store(workspace, readonly=True) as store:
         data = store.info()
     if json_out:
@@ -443,6 +451,32 @@ def info(workspace: Annotated[Path, typer.Argument(help="workspace directory")],
         table.add_row(f"model {who}", "\n".join(ids))
     table.add_row("writer", data["writer"] or "none")
     console.print(table)
+
+
+def _trace_example(workspace: Path, prompt_id: str, json_out: bool) -> None:
+    from ..flywheel.lineage import trace
+
+    with Store(workspace, readonly=True) as store:
+        data = trace(store, prompt_id)
+    if json_out:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    console.print(f"prompt {escape(prompt_id)}: " + escape(" / ".join(data["prompt"])[:300]), highlight=False)
+    t = Table(title="harvested from it", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("stage", "kind", "round", "slice", "models", "selection"):
+        t.add_column(col, no_wrap=True)
+    for e in data["examples"]:
+        t.add_row(escape(e["stage"]), e["kind"], str(e["round"]), escape(str(e["slice"])),
+                  escape(" > ".join(e["models"])), escape(e["selection"]))
+    console.print(t)
+    t = Table(title="the battles behind it", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("set", "judge", "model_a", "model_b", "outcome", "scores"):
+        t.add_column(col, no_wrap=True)
+    for b in data["battles"]:
+        scores = "-" if b["score_a"] is None else f"{b['score_a']:.1f} - {b['score_b']:.1f}"
+        t.add_row(escape(b["set"]), escape(b["judge"]), escape(b["model_a"]), escape(b["model_b"]), b["outcome"],
+                  scores)
+    console.print(t)
 
 
 @app.command()
