@@ -173,3 +173,31 @@ def test_harvest_lineage_names_the_judge_and_the_battles_behind_each_row(tmp_pat
         (b,) = r["battles"]  # the one battle of the pair on this prompt, with its verdict and scores
         assert {b["model_a"], b["model_b"]} == {"strong", "weak"} and b["outcome"] in ("model_a", "model_b")
         assert r["chosen_model"] == "strong" and b["score_a"] is not None
+
+
+def test_a_board_has_a_manifest_and_compare_says_first_when_judges_differ(tmp_path, scripted_server):
+    runner = CliRunner()
+    spaces = []
+    for name, script in (("a", fair), ("b", length_loving)):
+        folder = tmp_path / name
+        folder.mkdir()
+        cfg_path, ws = workspace(folder, scripted_server(script).url)
+        assert runner.invoke(app, ["battle", str(cfg_path), "-w", str(ws)]).exit_code == 0
+        spaces.append(ws)
+    res = runner.invoke(app, ["leaderboard", str(spaces[1]), "--manifest"])
+    assert res.exit_code == 0, res.output
+    m = json.loads(res.stdout)
+    assert m["judge"]["name"] == "j" and m["judge"]["template"].startswith("pairwise-v")
+    assert len(m["judge"]["template_hash"]) == 16 and m["judge"]["model"]["endpoints"]
+    assert m["test_set"]["prompts"] == N and len(m["test_set"]["hash"]) == 16 and m["models"] == ["strong", "weak"]
+    assert m["canaries"] == [{"set": "test", "failed": ["null model win rate"]}]
+    assert m["program"].startswith("arena-learning ")
+    other = json.loads(runner.invoke(app, ["leaderboard", str(spaces[0]), "--manifest"]).stdout)
+    assert other["test_set"] == m["test_set"] and other["judge"] != m["judge"]  # same prompts, another server
+    compared = runner.invoke(app, ["compare", str(spaces[0]), str(spaces[1])])
+    assert compared.exit_code == 0, compared.output
+    note = " ".join(compared.stderr.split())
+    assert "and the reference" in note and "the judges differ (model)" in note and "not like for like" in note
+    from arena_learning.report.html import write_report
+
+    assert "Manifest" in write_report(spaces[0]).read_text()

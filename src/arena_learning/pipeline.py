@@ -375,6 +375,19 @@ def stage_style_control(cfg: RunConfig, store: Store) -> StyleResult:
                          bootstrap=r.bootstrap, resample=r.resample, seed=r.seed)
 
 
+def workspace_manifest(path: str | Path) -> dict | None:
+    """Return the manifest of the run's board in the workspace at ``path`` (rating.manifest), None without a run."""
+    from .arena.canaries import stored_reports
+    from .rating.manifest import board_manifest
+
+    with Store(path, readonly=True) as store:
+        if store.get_meta("config") is None:
+            return None
+        cfg = load_saved_config(store)
+        reports = [r.as_dict() for r in stored_reports(store, cfg.judge.name)]
+        return board_manifest(cfg, store.get_prompts(TEST_SET), reports)
+
+
 def workspace_board(path: str | Path) -> list[Rating]:
     """Return the leaderboard of the run stored in the workspace at ``path``."""
     with Store(path, readonly=True) as store:

@@ -203,8 +203,18 @@ def leaderboard(
         "--diff", metavar="A B", help="compare two models instead, paired: A's rating minus B's with a 95% CI from "
         "the same bootstrap resamples of the prompts, P(A>B), A's battles against B, exact answers gained and lost "
         "per category")] = None,
+    manifest: Annotated[bool, typer.Option(
+        "--manifest", help="print the board's manifest instead (JSON): the judge's identity, template hash and "
+                           "sampling, the test set's size and hash, schedule, rating settings and seeds, canaries, "
+                           "program version")] = False,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
+    if manifest:
+        found = pipeline.workspace_manifest(workspace)
+        if found is None:
+            raise ArenaError(f"{workspace} holds no run: a manifest describes a run's board")
+        sys.stdout.write(json.dumps(found, indent=2) + "\n")
+        return
     if diff is not None:
         if by is not None or style_control or baseline is not None or csv is not None:
             raise ArenaError("--diff compares two models: it goes without --by, --style-control, --baseline and --csv")

@@ -149,6 +149,7 @@ def compare_command(
                               "--se-col", model_col=model_col, score_col=score_col, lower_col=lower_col,
                               upper_col=upper_col, se_col=se_col)
         table = _read_aliases(aliases) if aliases is not None else None
+        _say_manifest_differences([*cands, reference])
         results = []
         for source in cands:
             board = _read_any_board(source, judge, "--board-model-col, --board-score-col, "
@@ -172,6 +173,31 @@ def compare_command(
             typer.echo(json.dumps(rows[0] if len(rows) == 1 else {"reference": ref.source, "boards": rows}, indent=2))
             return
         _print_comparison(results, ref)
+
+
+def _say_manifest_differences(sources: list[str]) -> None:
+    """Say first when a workspace compared with a workspace reference has a board of another judge or test set."""
+    from ..pipeline import workspace_manifest
+    from ..rating.manifest import manifest_differences
+    from ..store import Store
+
+    found = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir() and (path / Store.FILE).is_file():
+            m = workspace_manifest(path)
+            if m is not None:
+                found.append((source, m))
+    from .consoles import stderr_console
+
+    if len(found) < 2 or found[-1][0] != sources[-1]:
+        return  # the reference is no workspace: nothing to hold the others' manifests against
+    ref, ref_manifest = found[-1]
+    for source, m in found[:-1]:
+        for what in manifest_differences(m, ref_manifest):
+            stderr_console().print(f"[bold yellow]note:[/] {escape(source)} and the reference {escape(ref)}: "
+                                   f"{escape(what)}; their figures are not like for like", highlight=False,
+                                   soft_wrap=True)
 
 
 def _read_any_board(source: str, judge: str | None, options: str, **cols: str | None) -> Board:

@@ -147,6 +147,20 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
             [[_e(c.set_name), _e(k.name), "-" if k.value is None else f"{k.value:.1f}%",
               "-" if k.ci_low is None else f"{k.ci_low:.1f}..{k.ci_high:.1f}", str(k.games), _e(k.rule),
               {True: "yes", False: "<b>no</b>", None: "-"}[k.passed]] for c in canaries for k in c.checks]))
+    from ..rating.manifest import board_manifest
+
+    m = board_manifest(cfg, prompts, [c.as_dict() for c in canaries])
+    jm = m["judge"]
+    judge_text = ", ".join(f"{k} {v}" for k, v in jm.items() if k not in ("name", "members", "model"))
+    if "model" in jm:
+        judge_text += "; model " + ", ".join(f"{k} {v}" for k, v in jm["model"].items())
+    run.append("<h3>Manifest</h3>" + _table(["what", "value"], [
+        ["judge", _e(f"{jm['name']}: {judge_text}")],
+        ["test set", _e(f"{m['test_set']['prompts']} prompts, {m['test_set']['turns']} turns, hash "
+                        f"{m['test_set']['hash']}")],
+        ["schedule", _e(", ".join(f"{k} {v}" for k, v in m["schedule"].items() if v is not None))],
+        ["ratings", _e(", ".join(f"{k} {v}" for k, v in m["ratings"].items()))],
+        ["program", _e(m["program"])]]))
     sections.append(("run", "The run", "".join(run)))
 
     # -- leaderboard

@@ -1,0 +1,91 @@
+"""The manifest behind a board: what a leaderboard's numbers depend on, so that two boards can be told apart.
+
+The judge (its kind and name; an LLM judge's model identity, its prompt template's id and content hash,
+its sampling), the test set (its size and a hash of every prompt's id and turns), the schedule, the rating
+settings and seeds, the contestants, the canary results and the program version. ``arena leaderboard
+--manifest`` prints it; the report shows it; ``arena compare`` of two workspaces whose manifests differ in
+judge or test set says so before any figure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import JudgeConfig, RunConfig
+from ..records import Prompt
+
+
+def test_set_hash(prompts: Sequence[Prompt]) -> str:
+    """Return a hash of a test set's content: every prompt's id and turns, in order."""
+    blob = json.dumps([[p.id, p.turns] for p in prompts], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def judge_manifest(judge: JudgeConfig) -> dict[str, Any]:
+    """Return what identifies ``judge``: kind and name, and an LLM judge's model, template and sampling."""
+    out: dict[str, Any] = {"name": judge.name, "kind": judge.kind, "tie_threshold": judge.tie_threshold}
+    if judge.kind == "panel":
+        out["rule"] = judge.rule
+        out["members"] = [judge_manifest(m) for m in judge.members]
+        return out
+    if judge.kind != "llm" or judge.model is None:
+        return out
+    from ..arena.llm_judges import load_judge_spec
+    from ..arena.self_judging import identity
+    from ..errors import ArenaError
+
+    try:
+        spec = load_judge_spec(judge.template)
+    except (ArenaError, OSError, ValueError) as err:  # a judge folder no longer there: say so, keep the rest
+        out.update(template=judge.template, template_hash=None, template_error=str(err))
+        return out
+    text = json.dumps([spec.system, spec.template, spec.schema_, spec.parser], sort_keys=True)
+    ident = identity(judge.model)
+    model: dict[str, Any] = {"engine": judge.model.engine, "model": judge.model.model}
+    if ident is not None and ident.kind == "endpoint":
+        model["endpoints"] = sorted(ident.urls)
+    elif ident is not None:
+        from ..engines.identity import content_identity
+
+        try:
+            model["content"] = content_identity(ident.model)[:23]
+        except OSError:
+            model["content"] = None  # weights that are not here: named by the config only
+    out.update(model=model, template=spec.id, template_hash=hashlib.sha256(text.encode()).hexdigest()[:16],
+               sampling={**spec.sampling, **judge.sampling}, both_orders=judge.both_orders, combine=judge.combine)
+    return out
+
+
+def board_manifest(cfg: RunConfig, prompts: Sequence[Prompt], canaries: Sequence[dict[str, Any]] = ()
+                   ) -> dict[str, Any]:
+    """Return the manifest of ``cfg``'s board on ``prompts`` (the test set), with its ``canaries`` reports."""
+    from .. import __version__
+
+    b = cfg.battles
+    return {
+        "judge": judge_manifest(cfg.judge),
+        "test_set": {"prompts": len(prompts), "turns": sum(len(p.turns) for p in prompts),
+                     "hash": test_set_hash(prompts)},
+        "schedule": {"schedule": b.schedule, "baseline": b.baseline, "target": b.target},
+        "ratings": cfg.ratings.model_dump(mode="json"),
+        "models": [m.name for m in cfg.models],
+        "canaries": [{"set": c.get("set_name"), "failed": c.get("failed", [])} for c in canaries],
+        "program": f"arena-learning {__version__}",
+    }
+
+
+def manifest_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Return what makes two manifests' boards not comparable as like for like: the judge, the test set."""
+    out = []
+    if a.get("judge") != b.get("judge"):
+        ja, jb = a.get("judge") or {}, b.get("judge") or {}
+        what = [k for k in sorted(set(ja) | set(jb)) if ja.get(k) != jb.get(k)]
+        out.append(f"the judges differ ({', '.join(what)})")
+    ta, tb = a.get("test_set") or {}, b.get("test_set") or {}
+    if ta.get("hash") != tb.get("hash"):
+        out.append(f"the test sets differ ({ta.get('prompts')} prompts, hash {ta.get('hash')}; "
+                   f"{tb.get('prompts')} prompts, hash {tb.get('hash')})")
+    return out
