@@ -109,6 +109,11 @@ def test_a_run_with_a_judge_of_the_same_family_warns_with_the_win_rate(tmp_path,
         with pytest.warns(SelfPreferenceWarning, match=r"judge 'j' is of the 'gpt' family, as gpt-3.5-turbo: .*won "
                                                        r"\d+\.\d% of \d+ battles"):
             report = pipeline.stage_battle(cfg, store, prompts=prompts, show_progress=False)
+        pipeline.save_config(cfg, store)
     (sp,) = report.self_preference
     assert sp.family == "gpt" and sp.models == ["gpt-3.5-turbo"] and sp.battles == len(report.battles) == 4
     assert sp.win_rate == 0.0  # the scripted judge prefers the other family's "good" answers: no self-preference
+    from arena_learning.report.html import write_report
+
+    page = write_report(tmp_path / "ws").read_text()
+    assert "Self-preference" in page and "gpt-3.5-turbo" in page and "0.0%" in page

@@ -118,6 +118,7 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
         from ..arena.canaries import stored_reports
 
         canaries = stored_reports(store, cfg.judge.name)
+        preference = store.get_meta(f"self_preference/{cfg.judge.name}/{TEST_SET}") or []
         try:
             style = stage_style_control(cfg, store)
             style_note = ""
@@ -147,6 +148,11 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
             [[_e(c.set_name), _e(k.name), "-" if k.value is None else f"{k.value:.1f}%",
               "-" if k.ci_low is None else f"{k.ci_low:.1f}..{k.ci_high:.1f}", str(k.games), _e(k.rule),
               {True: "yes", False: "<b>no</b>", None: "-"}[k.passed]] for c in canaries for k in c.checks]))
+    if preference:  # the judge shares a family with contestants: their win rate against the others
+        run.append("<h3>Self-preference</h3>" + _table(
+            ["judge", "family", "its family here", "battles against the others", "their win rate"],
+            [[_e(sp["judge"]), _e(sp["family"]), _e(", ".join(sp["models"])), str(sp["battles"]),
+              "-" if sp["win_rate"] is None else f"{sp['win_rate']:.1f}%"] for sp in preference]))
     from ..rating.manifest import board_manifest
 
     m = board_manifest(cfg, prompts, [c.as_dict() for c in canaries])
