@@ -201,3 +201,42 @@ def test_a_board_has_a_manifest_and_compare_says_first_when_judges_differ(tmp_pa
     from arena_learning.report.html import write_report
 
     assert "Manifest" in write_report(spaces[0]).read_text()
+
+
+def concise(body):
+    """Another taste: the shorter answer scores higher."""
+    user = body["messages"][-1]["content"]
+    a, b = fenced(user, "ANSWER A") or "", fenced(user, "ANSWER B") or ""
+    return Reply(json.dumps({"explanation": "shorter is better", "score_a": 10 - min(9, len(a) // 10),
+                             "score_b": 10 - min(9, len(b) // 10)}))
+
+
+def test_reanchor_maps_the_old_judges_ratings_to_a_new_judges_and_names_the_ranks_it_moves(tmp_path,
+                                                                                          scripted_server):
+    old = scripted_server(fair)
+    cfg_path, ws = workspace(tmp_path, old.url)
+    runner = CliRunner()
+    assert runner.invoke(app, ["battle", str(cfg_path), "-w", str(ws)]).exit_code == 0
+    new = scripted_server(concise)
+    judge_file = tmp_path / "new.yaml"
+    judge_file.write_text(f"judge: {{kind: llm, name: terse, template: pairwise, retries: 0, model: {{name: tm, "
+                          f"engine: openai, model: tm, base_url: '{new.url}'}}}}\n")
+    res = runner.invoke(app, ["reanchor", str(ws), str(judge_file), "--anchors", "12", "-b", "20", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["old_judge"] == "j" and out["new_judge"] == "terse" and out["anchors"] == 12
+    assert new.requests == 2 * 12  # the anchors, in both orders, and nothing else
+    rows = {r["model"]: r for r in out["rows"]}
+    assert rows["strong"]["rank_old"] == 1 and rows["strong"]["rank_new"] == 2  # the terse judge prefers "weak"
+    assert sorted(out["moved"]) == ["strong", "weak"] and out["b"] < 0  # the map reverses the order
+    assert rows["strong"]["old"] is not None
+    table = runner.invoke(app, ["reanchor", str(ws), str(judge_file), "--anchors", "12", "-b", "0"])
+    assert table.exit_code == 0 and "ranks the change of judge would move: strong, weak" in table.stdout
+    assert new.requests == 2 * 12  # the second time, the ledger answers
+    with Store(ws, readonly=True) as store:
+        assert {b.judge for b in store.get_battles()} == {"j"}  # the board's battles are the old judge's alone
+    same = tmp_path / "same.yaml"
+    same.write_text(f"judge: {{kind: llm, name: j, model: {{name: tm, engine: openai, model: tm, base_url: "
+                    f"'{new.url}'}}}}\n")
+    clash = runner.invoke(app, ["reanchor", str(ws), str(same)])
+    assert clash.exit_code == 2 and "give it a name of its own" in clash.output

@@ -378,6 +378,42 @@ def stage_style_control(cfg: RunConfig, store: Store) -> StyleResult:
                          bootstrap=r.bootstrap, resample=r.resample, seed=r.seed)
 
 
+REANCHOR_SET = "reanchor/" + TEST_SET
+"""Where ``stage_reanchor`` keeps the new judge's games and battles (never rated as the run's board)."""
+
+
+def stage_reanchor(cfg: RunConfig, store: Store, new_judge: JudgeConfig, *, anchors: int = 200, seed: int = 0,
+                   bootstrap: int = 200):
+    """Have ``new_judge`` judge ``anchors`` battles drawn from the run's, and return rating.reanchor.Reanchor: the
+    map from the run's judge's ratings to the new one's, and the models whose rank it moves."""
+    from .arena.self_judging import check_self_judging
+    from .rating.reanchor import reanchor, sample_anchors
+
+    if new_judge.name == cfg.judge.name:
+        raise ArenaError(f"the new judge is named {new_judge.name!r}, as the run's: give it a name of its own")
+    old = stored_battles(cfg, store)
+    picked = sample_anchors(old, anchors, seed)
+    check_self_judging(new_judge, cfg.models)
+    by_key = {(a.prompt_id, a.model): a for a in store.get_answers(set_name=TEST_SET)}
+    prompts = {p.id: p for p in store.get_prompts(TEST_SET)}
+    tasks = [PairTask(prompt=prompts[p], answer_a=by_key[(p, a)], answer_b=by_key[(p, b)]) for p, a, b in picked
+             if p in prompts and (p, a) in by_key and (p, b) in by_key]
+    if not tasks:
+        raise ArenaError(f"{store.root}: no battle of {cfg.judge.name!r} has both answers stored to judge again")
+    new_cfg = cfg.model_copy(update={"judge": new_judge})
+    judge = make_judge(new_cfg)
+    judgments = asyncio.run(judge.judge_pairs(store, tasks))
+    names = {new_judge.name, *(m.name for m in new_judge.members)}
+    store.replace_judgments(names, judgments, REANCHOR_SET)
+    mine = [j for j in judgments if j.judge == new_judge.name]
+    new = combine_games(mine, new_judge.tie_threshold, mode=new_judge.combine, strong_weight=new_judge.strong_weight)
+    store.replace_battles(new_judge.name, new, REANCHOR_SET)
+    keys = {(t.prompt.id, *sorted((t.answer_a.model, t.answer_b.model))) for t in tasks}
+    old_anchors = [b for b in old if (b.prompt_id, *sorted((b.model_a, b.model_b))) in keys]
+    return reanchor(cfg.judge.name, new_judge.name, old_anchors, new, stage_ratings(cfg, store),
+                    bootstrap=bootstrap, seed=seed)
+
+
 def workspace_manifest(path: str | Path) -> dict | None:
     """Return the manifest of the run's board in the workspace at ``path`` (rating.manifest), None without a run."""
     from .arena.canaries import stored_reports

@@ -463,6 +463,54 @@ def info(workspace: Annotated[Path, typer.Argument(help="workspace directory")],
     console.print(table)
 
 
+@app.command()
+@user_errors
+def reanchor(
+    workspace: Annotated[Path, typer.Argument(help="workspace directory of a run")],
+    new_judge: Annotated[Path, typer.Argument(help="YAML with the new judge: a run config (its judge: is used) or "
+                                                   "a judge mapping alone")],
+    anchors: Annotated[int, typer.Option("--anchors", "-n", min=2, help="battles judged again")] = 200,
+    seed: Annotated[int, typer.Option(help="which battles")] = 0,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", "-b", min=0, help="rounds of the map's CIs")] = 200,
+    json_out: Annotated[bool, typer.Option("--json", help="print as JSON")] = False,
+) -> None:
+    """Re-judge a seeded sample of the run's battles with a new judge: the map from the old judge's ratings to
+    the new one's (new = a + b * old, 95% CIs), each model's residual, and the models whose rank would move."""
+    import yaml
+
+    from ..config import JudgeConfig, validate_config
+
+    try:
+        data = yaml.safe_load(new_judge.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise ArenaError(f"{new_judge}: cannot read the new judge: {err}") from err
+    if isinstance(data, dict) and isinstance(data.get("judge"), dict):
+        data = data["judge"]
+    judge_cfg = validate_config(data, JudgeConfig, str(new_judge))
+    with Store(workspace) as store:
+        cfg = pipeline.load_saved_config(store)
+        result = pipeline.stage_reanchor(cfg, store, judge_cfg, anchors=anchors, seed=seed, bootstrap=bootstrap)
+    if json_out:
+        sys.stdout.write(json.dumps(result.as_dict(), indent=2) + "\n")
+        return
+
+    def ci(x: tuple[float, float] | None) -> str:
+        return f" [{x[0]:.2f}, {x[1]:.2f}]" if x is not None else ""
+
+    console.print(f"{escape(result.old_judge)} -> {escape(result.new_judge)} on {result.anchors} anchor battles: "
+                  f"new = {result.a:.1f}{ci(result.a_ci)} + {result.b:.3f}{ci(result.b_ci)} x old", highlight=False)
+    t = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("model", "old (board)", "old (anchors)", "new (anchors)", "mapped", "residual", "rank old -> new"):
+        t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    for r in result.rows:
+        t.add_row(escape(r.model), "-" if r.old is None else f"{r.old:.1f}", f"{r.old_anchor:.1f}",
+                  f"{r.new_anchor:.1f}", f"{r.mapped:.1f}", f"{r.residual:+.1f}", f"{r.rank_old} -> {r.rank_new}")
+    console.print(t)
+    moved = result.moved
+    console.print("ranks the change of judge would move: " + (escape(", ".join(moved)) if moved else "none"),
+                  highlight=False)
+
+
 def _trace_example(workspace: Path, prompt_id: str, json_out: bool) -> None:
     from ..flywheel.lineage import trace
 
