@@ -348,3 +348,24 @@ def test_sidecar_chunks_served_by_arena_view(workspace, page, tmp_path):
         pg.wait_for_selector("#bb-detail[data-row='3'] pre.answer")
         assert "says" in pg.text_content("#bb-detail")
     assert page.errors == []
+
+
+def test_a_judge_that_failed_its_canaries_is_the_first_thing_the_page_says(browser, tmp_path, scripted_server):
+    from .conftest import ARENA
+    from .test_canaries import length_loving
+    from .test_canaries import workspace as canary_workspace
+
+    cfg_path, ws = canary_workspace(tmp_path, scripted_server(length_loving).url)
+    # in a process of its own: Playwright's sync API holds an event loop in this thread
+    done = subprocess.run([*ARENA, "battle", str(cfg_path), "-w", str(ws)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "failed its canaries" in done.stderr, done.stderr
+    p = Page(browser)
+    try:
+        pg = p.open(write_report(ws).as_uri())
+        alert = pg.locator("[role=alert]").first
+        assert alert.is_visible()
+        assert "failed its canaries" in alert.inner_text() and "null model win rate" in alert.inner_text()
+        assert p.errors == []
+    finally:
+        p.close()
