@@ -201,6 +201,9 @@ def test_a_board_has_a_manifest_and_compare_says_first_when_judges_differ(tmp_pa
     from arena_learning.report.html import write_report
 
     assert "Manifest" in write_report(spaces[0]).read_text()
+    # the other boards carry it too: the baseline headline and the scores (a single-answer judge: here none)
+    head = runner.invoke(app, ["leaderboard", str(spaces[1]), "--baseline", "weak", "--json"])
+    assert head.exit_code == 0 and json.loads(head.stdout)["manifest"] == m
 
 
 def concise(body):

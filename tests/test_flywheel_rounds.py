@@ -188,6 +188,7 @@ def test_flywheel_json_has_the_round_table(killed_and_resumed):
     assert r1["mean_chars"] is not None and out["references"][0]["mean_chars"] is not None
     # two judges: the slices' battles by the harvesting judge, the test set's by the rating judge, said in the table
     assert out["judges"] == "judges: verifier harvests the training data, checker rates the rounds"
+    assert out["manifest"]["judge"]["name"] == "checker" and out["manifest"]["test_set"]["prompts"] == 9
     with sqlite3.connect(killed_and_resumed["ws"] / "arena.db") as db:
         by_set = dict(db.execute("SELECT set_name, GROUP_CONCAT(DISTINCT judge) FROM battles GROUP BY set_name"))
     assert by_set["test"] == "checker" and by_set["flywheel/D1"] == "verifier"

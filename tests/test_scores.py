@@ -76,6 +76,8 @@ def test_scores_per_model_turn_and_category_from_a_single_answer_judge(tmp_path,
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["judge"] == "grader"
+    # the board's manifest: a single-answer judge's template, the test set's size and hash
+    assert out["manifest"]["judge"]["template"].startswith("single") and out["manifest"]["test_set"]["prompts"] == 20
     rows = {r["model"]: r for r in out["models"]}
     assert [r["model"] for r in out["models"]] == ["strong", "mid", "weak"]
     strong, mid, weak = rows["strong"], rows["mid"], rows["weak"]

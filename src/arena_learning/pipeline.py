@@ -414,17 +414,25 @@ def stage_reanchor(cfg: RunConfig, store: Store, new_judge: JudgeConfig, *, anch
                     bootstrap=bootstrap, seed=seed)
 
 
-def workspace_manifest(path: str | Path) -> dict | None:
-    """Return the manifest of the run's board in the workspace at ``path`` (rating.manifest), None without a run."""
+def workspace_manifest(path: str | Path, judge: str | None = None) -> dict | None:
+    """Return the manifest of the board of ``judge`` (default: the run's) in the workspace at ``path``
+    (rating.manifest); None when the workspace holds no run and no ``judge`` is named. A judge that is not the
+    run's (imported judgments) is named alone: its settings are not in the workspace."""
     from .arena.canaries import stored_reports
-    from .rating.manifest import board_manifest
+    from .rating.manifest import board_manifest, imported_manifest
 
     with Store(path, readonly=True) as store:
-        if store.get_meta("config") is None:
+        has_run = store.get_meta("config") is not None
+        if not has_run and judge is None:
             return None
-        cfg = load_saved_config(store)
-        reports = [r.as_dict() for r in stored_reports(store, cfg.judge.name)]
-        return board_manifest(cfg, store.get_prompts(TEST_SET), reports)
+        prompts = store.get_prompts(TEST_SET)
+        if has_run:
+            cfg = load_saved_config(store)
+            if judge is None or judge == cfg.judge.name:
+                reports = [r.as_dict() for r in stored_reports(store, cfg.judge.name)]
+                return board_manifest(cfg, prompts, reports)
+        assert judge is not None
+        return imported_manifest(judge, prompts, [r.as_dict() for r in stored_reports(store, judge)])
 
 
 def workspace_board(path: str | Path) -> list[Rating]:

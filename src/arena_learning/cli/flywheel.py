@@ -225,8 +225,15 @@ def flywheel_command(
     with Store(ws) as store, scaled(cfg.scale):
         save_flywheel_config(cfg, store)
         report = run_flywheel(cfg, store, baselines=chosen, accept_judge_risk=accept_judge_risk)
+        from ..arena.canaries import stored_reports
+        from ..pipeline import TEST_SET
+        from ..rating.manifest import board_manifest
+
+        rated = cfg.arena_config([cfg.target, *cfg.references], rating=True)
+        manifest = board_manifest(rated, store.get_prompts(TEST_SET),
+                                  [r.as_dict() for r in stored_reports(store, rated.judge.name)])
     if json_out:
-        typer.echo(json.dumps(report.as_json()))
+        typer.echo(json.dumps({**report.as_json(), "manifest": manifest}))
     else:
         print_report(report)
         err_console.print(f"workspace: {ws} ({report.seconds:.0f} s)")

@@ -247,8 +247,10 @@ def baseline_board(workspace: Path, baseline: str, json_out: bool, judge: str | 
     if json_out:
         out = [{"model": r.model, "win_rate": r.win_rate, "ci_low": r.ci_low, "ci_high": r.ci_high, "wins": r.wins,
                 "ties": r.ties, "losses": r.losses, "prompts": r.prompts} for r in rows]
-        sys.stdout.write(json.dumps({"judge": name, "baseline": baseline, "bootstrap": rounds, "rows": out},
-                                    indent=2) + "\n")
+        from ..pipeline import workspace_manifest
+
+        sys.stdout.write(json.dumps({"judge": name, "baseline": baseline, "bootstrap": rounds, "rows": out,
+                                     "manifest": workspace_manifest(workspace, name)}, indent=2) + "\n")
         return rows
     stdout_console().print(baseline_table(rows, baseline, name, rounds))
     return rows

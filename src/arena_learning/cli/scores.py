@@ -75,7 +75,10 @@ def scores_command(
             judge = store.judgment_judges()[0]  # imported judgments of one judge: nothing to choose
         name, rows = stage_scores(cfg, store, judge, bootstrap=bootstrap, seed=cfg.ratings.seed if cfg else 0)
     if json_out:
-        sys.stdout.write(json.dumps({"judge": name, "models": [r.as_dict() for r in rows]}, indent=2) + "\n")
+        from ..pipeline import workspace_manifest
+
+        sys.stdout.write(json.dumps({"judge": name, "models": [r.as_dict() for r in rows],
+                                     "manifest": workspace_manifest(workspace, name)}, indent=2) + "\n")
         return
     turns = sorted({t for r in rows for t in r.turns})
     cats = sorted({c for r in rows for c in r.categories})

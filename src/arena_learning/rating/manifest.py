@@ -77,6 +77,18 @@ def board_manifest(cfg: RunConfig, prompts: Sequence[Prompt], canaries: Sequence
     }
 
 
+def imported_manifest(judge: str, prompts: Sequence[Prompt], canaries: Sequence[dict[str, Any]] = ()
+                      ) -> dict[str, Any]:
+    """Return the manifest of a board of imported judgments: the judge by name only (its settings are not here)."""
+    from .. import __version__
+
+    return {"judge": {"name": judge, "kind": "imported"},
+            "test_set": {"prompts": len(prompts), "turns": sum(len(p.turns) for p in prompts),
+                         "hash": test_set_hash(prompts)},
+            "canaries": [{"set": c.get("set_name"), "failed": c.get("failed", [])} for c in canaries],
+            "program": f"arena-learning {__version__}"}
+
+
 def manifest_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """Return what makes two manifests' boards not comparable as like for like: the judge, the test set."""
     out = []
