@@ -32,6 +32,7 @@ LLM_JUDGE = [
     "judge.kind=llm", "judge.name=gemma-judge", "judge.template=pairwise", "judge.structured=false",
     "judge.retries=1", "judge.sampling={max_tokens: 24}",
     "judge.model={name: gemma-judge, engine: llamacpp, model: bundled, mode: chat, chat_format: gemma}",
+    "audit.allow_self_judging=true",  # the one model here judges its own prompt formats (a warning says so)
 ]
 
 

@@ -40,7 +40,7 @@ def test_name_stems_and_families():
 
 def test_the_same_endpoint_model_or_the_same_weights_is_refused():
     judge = llm_judge(endpoint("judge", "qwen-72b", "http://host:8000/v1/"))
-    with pytest.raises(ArenaError, match=r"judge 'j' would grade itself: its model and contestant 'me' are the same "
+    with pytest.raises(ArenaError, match=r"judge 'j' grades itself: its model and contestant 'me' are the same "
                                          r"endpoint model \('qwen-72b' at http://host:8000/v1\)"):
         check_self_judging(judge, [endpoint("other", "llama-8b", "http://host:8000/v1"),
                                    endpoint("me", "qwen-72b", ["http://x:1/v1", "http://HOST:8000/v1"])])
@@ -52,7 +52,7 @@ def test_the_same_endpoint_model_or_the_same_weights_is_refused():
     # a panel member counts as a judge
     panel = JudgeConfig(kind="panel", name="p", members=[llm_judge(endpoint("a", "x"), "a"),
                                                          llm_judge(endpoint("b", "qwen-72b"), "b")])
-    with pytest.raises(ArenaError, match="judge 'b' would grade itself"):
+    with pytest.raises(ArenaError, match="judge 'b' grades itself"):
         check_self_judging(panel, [endpoint("me", "qwen-72b")])
     # imported answers: nothing runs them, so only their family can match
     assert check_self_judging(llm_judge(endpoint("judge", "gpt-4-1106-preview")),
@@ -88,7 +88,7 @@ def test_a_run_refuses_before_any_call(tmp_path):
         me = cfg({"name": "judge", "engine": "openai", "model": "gpt-3.5-turbo", "base_url": "http://127.0.0.1:9/v1"})
         me.models[0] = ModelSpec(name="gpt-3.5-turbo", engine="openai", model="gpt-3.5-turbo",
                                  base_url="http://127.0.0.1:9/v1")
-        with pytest.raises(ArenaError, match="would grade itself"):
+        with pytest.raises(ArenaError, match="grades itself"):
             pipeline.stage_battle(me, store, prompts=prompts, show_progress=False)
         assert store.get_judgments("j") == []
 
@@ -117,3 +117,17 @@ def test_a_run_with_a_judge_of_the_same_family_warns_with_the_win_rate(tmp_path,
 
     page = write_report(tmp_path / "ws").read_text()
     assert "Self-preference" in page and "gpt-3.5-turbo" in page and "0.0%" in page
+
+
+def test_the_same_weights_under_another_path_are_the_same_model_and_one_model_may_be_allowed_to_judge_itself(
+        tmp_path):
+    a, b, c = tmp_path / "a.gguf", tmp_path / "copy.gguf", tmp_path / "other.gguf"
+    a.write_bytes(b"GGUF" + bytes(range(200)))
+    b.write_bytes(a.read_bytes())
+    c.write_bytes(b"GGUF" + bytes(reversed(range(200))))
+    judge = llm_judge(ModelSpec(name="judge", engine="llamacpp", model=str(a)))
+    with pytest.raises(ArenaError, match="the same weights .*audit.allow_self_judging"):
+        check_self_judging(judge, [ModelSpec(name="me", engine="llamacpp", model=str(b))])
+    assert check_self_judging(judge, [ModelSpec(name="other", engine="llamacpp", model=str(c))]) == {}
+    with pytest.warns(SelfPreferenceWarning, match="allowed by audit.allow_self_judging.*self-judged"):
+        check_self_judging(judge, [ModelSpec(name="me", engine="llamacpp", model=str(b))], allow=True)

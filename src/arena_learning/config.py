@@ -496,6 +496,9 @@ class AuditConfig(Section):
     min_identical_tie: float = Field(80.0, ge=0, le=100, description="percent: identical pairs tied at least")
     max_flip: float = Field(25.0, ge=0, le=100, description="percent: pairs whose winner flips with the order")
     min_truncated_loss: float = Field(50.0, ge=0, le=100, description="percent: a truncated copy loses at least")
+    allow_self_judging: bool = Field(False, description="let a judge grade a contestant that is its own model (the "
+                                     "same endpoint model or weights), with a warning: for a machine with one model "
+                                     "only; its verdicts on that contestant are self-judged")
 
     def enabled(self, judge: JudgeConfig) -> bool:
         return self.canaries if self.canaries is not None else judge.kind != "verifier"

@@ -196,7 +196,8 @@ def stage_battle(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
         raise ArenaError(f"{store.root} has no answers yet: run `arena answer` (or `arena run`) first")
     from .arena.self_judging import check_self_judging, warn_self_preference
 
-    kin = check_self_judging(cfg.judge, cfg.models)  # a judge that is a contestant is refused before any call
+    # a judge that is a contestant is refused before any call
+    kin = check_self_judging(cfg.judge, cfg.models, allow=cfg.audit.allow_self_judging)
     judge = make_judge(cfg)
     sched = cfg.battles
     progress = make_progress() if show_progress else None
@@ -393,7 +394,7 @@ def stage_reanchor(cfg: RunConfig, store: Store, new_judge: JudgeConfig, *, anch
         raise ArenaError(f"the new judge is named {new_judge.name!r}, as the run's: give it a name of its own")
     old = stored_battles(cfg, store)
     picked = sample_anchors(old, anchors, seed)
-    check_self_judging(new_judge, cfg.models)
+    check_self_judging(new_judge, cfg.models, allow=cfg.audit.allow_self_judging)
     by_key = {(a.prompt_id, a.model): a for a in store.get_answers(set_name=TEST_SET)}
     prompts = {p.id: p for p in store.get_prompts(TEST_SET)}
     tasks = [PairTask(prompt=prompts[p], answer_a=by_key[(p, a)], answer_b=by_key[(p, b)]) for p, a, b in picked

@@ -59,7 +59,14 @@ def identity(spec: ModelSpec) -> Identity | None:
         path = kind.weights_path(spec.model)
     except (ArenaError, OSError, ValueError):
         path = None  # weights that cannot be found here: compare by what the config says
-    return Identity("weights", str(path.resolve()) if path is not None else spec.model)
+    if path is None:
+        return Identity("weights", spec.model)
+    from ..engines.identity import content_identity
+
+    try:  # the same weights under another name or path are the same model
+        return Identity("weights", content_identity(path)[:23])
+    except OSError:
+        return Identity("weights", str(path.resolve()))
 
 
 def family(spec: ModelSpec) -> str:
@@ -89,19 +96,23 @@ def judge_models(judge: JudgeConfig) -> list[tuple[str, ModelSpec]]:
     return [pair for member in judge.members for pair in judge_models(member)]
 
 
-def check_self_judging(judge: JudgeConfig, models: Sequence[ModelSpec]) -> dict[str, list[str]]:
-    """Refuse a judge whose model is a contestant's (ArenaError naming both and why); return judge name ->
-    the contestants of its family (the ones its self-preference is measured on)."""
+def check_self_judging(judge: JudgeConfig, models: Sequence[ModelSpec], *, allow: bool = False
+                       ) -> dict[str, list[str]]:
+    """Refuse a judge whose model is a contestant's (ArenaError naming both and why; with ``allow``, a warning
+    instead); return judge name -> the contestants of its family (the ones its self-preference is measured on)."""
     kin: dict[str, list[str]] = {}
     for name, spec in judge_models(judge):
         mine = identity(spec)
         for m in models:
             other = identity(m)
             if mine is not None and other is not None and mine.same(other):
-                raise ArenaError(
-                    f"judge {name!r} would grade itself: its model and contestant {m.name!r} are "
-                    f"{mine.describe(other)}. A judge never grades its own answers (self-preference); judge with "
-                    "another model, or leave that contestant out")
+                what = f"judge {name!r} grades itself: its model and contestant {m.name!r} are {mine.describe(other)}"
+                if not allow:
+                    raise ArenaError(f"{what}. A judge never grades its own answers (self-preference); judge with "
+                                     "another model, leave that contestant out, or set audit.allow_self_judging "
+                                     "(one model only on this machine)")
+                warnings.warn(f"{what} (allowed by audit.allow_self_judging): its verdicts on {m.name!r} are "
+                              "self-judged", SelfPreferenceWarning, stacklevel=2)
             if family(m) == family(spec):
                 kin.setdefault(name, []).append(m.name)
     return kin
