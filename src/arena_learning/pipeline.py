@@ -417,10 +417,10 @@ def stage_reanchor(cfg: RunConfig, store: Store, new_judge: JudgeConfig, *, anch
 
 def workspace_manifest(path: str | Path, judge: str | None = None) -> dict | None:
     """Return the manifest of the board of ``judge`` (default: the run's) in the workspace at ``path``
-    (rating.manifest); None when the workspace holds no run and no ``judge`` is named. A judge that is not the
+    (arena.manifest); None when the workspace holds no run and no ``judge`` is named. A judge that is not the
     run's (imported judgments) is named alone: its settings are not in the workspace."""
     from .arena.canaries import stored_reports
-    from .rating.manifest import board_manifest, imported_manifest
+    from .arena.manifest import board_manifest, imported_manifest
 
     with Store(path, readonly=True) as store:
         has_run = store.get_meta("config") is not None

@@ -226,8 +226,8 @@ def flywheel_command(
         save_flywheel_config(cfg, store)
         report = run_flywheel(cfg, store, baselines=chosen, accept_judge_risk=accept_judge_risk)
         from ..arena.canaries import stored_reports
+        from ..arena.manifest import board_manifest
         from ..pipeline import TEST_SET
-        from ..rating.manifest import board_manifest
 
         rated = cfg.arena_config([cfg.target, *cfg.references], rating=True)
         manifest = board_manifest(rated, store.get_prompts(TEST_SET),

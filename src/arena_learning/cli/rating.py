@@ -177,8 +177,8 @@ def compare_command(
 
 def _say_manifest_differences(sources: list[str]) -> None:
     """Say first when a workspace compared with a workspace reference has a board of another judge or test set."""
+    from ..arena.manifest import manifest_differences
     from ..pipeline import workspace_manifest
-    from ..rating.manifest import manifest_differences
     from ..store import Store
 
     found = []

@@ -153,7 +153,7 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
             ["judge", "family", "its family here", "battles against the others", "their win rate"],
             [[_e(sp["judge"]), _e(sp["family"]), _e(", ".join(sp["models"])), str(sp["battles"]),
               "-" if sp["win_rate"] is None else f"{sp['win_rate']:.1f}%"] for sp in preference]))
-    from ..rating.manifest import board_manifest
+    from ..arena.manifest import board_manifest
 
     m = board_manifest(cfg, prompts, [c.as_dict() for c in canaries])
     jm = m["judge"]

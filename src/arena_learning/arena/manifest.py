@@ -33,9 +33,9 @@ def judge_manifest(judge: JudgeConfig) -> dict[str, Any]:
         return out
     if judge.kind != "llm" or judge.model is None:
         return out
-    from ..arena.llm_judges import load_judge_spec
-    from ..arena.self_judging import identity
     from ..errors import ArenaError
+    from .llm_judges import load_judge_spec
+    from .self_judging import identity
 
     try:
         spec = load_judge_spec(judge.template)
