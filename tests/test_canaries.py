@@ -140,9 +140,11 @@ def test_flips_count_twins_whose_two_orders_name_different_winners():
              game("p3", "x", "y", "tie"), game("p3", "y", "x", "model_a"),      # a tie is no flip
              game("p4", "x", "y", "model_a")]                                   # one order only: no twin
     assert cn.flips(games) == (1, 3)
-    lo, hi = cn.wilson(1, 3)
-    assert lo is not None and hi is not None and lo < 100 / 3 < hi
-    assert cn.wilson(0, 0) == (None, None)
+    checked = cn._check("flips", 1, 3, threshold=25.0, at_most=True)  # Wilson 95% interval, in percent
+    assert checked.ci_low is not None and checked.ci_high is not None and checked.ci_low < 100 / 3 < checked.ci_high
+    assert checked.passed is False
+    empty = cn._check("flips", 0, 0, threshold=25.0, at_most=True)
+    assert (empty.value, empty.ci_low, empty.ci_high, empty.passed) == (None, None, None, None)
 
 
 @pytest.mark.parametrize("value,failed", [(5.0, False), (30.0, True)])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -232,8 +232,6 @@ def stage_battle(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
     store.replace_battles(cfg.judge.name, battles, set_name)
     failed = sum(1 for j in mine if j.status == "failed")
     preference = warn_self_preference(cfg.judge, kin, battles)
-    from dataclasses import asdict
-
     store.set_meta(f"self_preference/{cfg.judge.name}/{set_name}", [asdict(sp) for sp in preference])
     return BattleReport(battles=battles, judged=len(judgments), missing=missing, failed=failed, stats=stats,
                         self_preference=preference, canaries=canaries)

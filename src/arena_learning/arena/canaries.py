@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..records import Answer, Judgment, Prompt
+from .audit import wilson_interval
 from .judges import PairTask
 
 CANARY_SET = "canary"
@@ -168,20 +169,10 @@ def _points(j: Judgment, model: str) -> float | None:
     return 1.0 if (j.verdict == "model_a") == (j.model_a == model) else 0.0
 
 
-def wilson(k: float, n: int) -> tuple[float | None, float | None]:
-    """Return the 95% Wilson interval (percent) of ``k`` successes in ``n`` trials."""
-    if n == 0:
-        return None, None
-    z = 1.959963984540054
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return 100.0 * max(0.0, centre - half), 100.0 * min(1.0, centre + half)
-
-
 def _check(name: str, hits: float, games: int, threshold: float, at_most: bool) -> Check:
     value = 100.0 * hits / games if games else None
-    lo, hi = wilson(hits, games)
+    ci = wilson_interval(hits, games)  # type: ignore[arg-type]  # a share of points: ties count half
+    lo, hi = (None, None) if ci is None else (100.0 * ci[0], 100.0 * ci[1])
     passed = None if value is None else (value <= threshold if at_most else value >= threshold)
     rule = f"at most {threshold:g}%" if at_most else f"at least {threshold:g}%"
     return Check(name=name, value=value, games=games, ci_low=lo, ci_high=hi, threshold=threshold, passed=passed,
