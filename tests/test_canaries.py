@@ -206,6 +206,15 @@ def test_a_board_has_a_manifest_and_compare_says_first_when_judges_differ(tmp_pa
     # the other boards carry it too: the baseline headline and the scores (a single-answer judge: here none)
     head = runner.invoke(app, ["leaderboard", str(spaces[1]), "--baseline", "weak", "--json"])
     assert head.exit_code == 0 and json.loads(head.stdout)["manifest"] == m
+    # ... in the terminal, one line under each table; beside a CSV, as NAME.manifest.json
+    board = runner.invoke(app, ["leaderboard", str(spaces[1]), "--csv", str(tmp_path / "board.csv")])
+    line = " ".join(board.stdout.split())
+    assert board.exit_code == 0 and "manifest: judge j (llm, openai " in line, board.output
+    assert f"test set {N} prompts, {N} turns, #{m['test_set']['hash']}" in line
+    assert "canaries FAILED: null model win rate" in line and m["judge"]["template_hash"] in line
+    assert json.loads((tmp_path / "board.manifest.json").read_text()) == m
+    head = runner.invoke(app, ["leaderboard", str(spaces[1]), "--baseline", "weak"])
+    assert f"#{m['test_set']['hash']}" in " ".join(head.stdout.split())
 
 
 def concise(body):

@@ -58,6 +58,42 @@ def test_planted_test_items_are_removed_from_the_pool_and_nothing_else():
     assert dropped["contaminated_ngram"] >= 1  # "embedded" can only be caught by n-grams
 
 
+# Hand paraphrases of MT-Bench questions 81-86: other words, the same request. MinHash and n-grams miss them all.
+PARAPHRASES = [
+    ("81", "Write a fun travel blog entry about a trip I just took to Hawaii, covering the culture and the sights "
+           "nobody should miss."),
+    ("82", "Write a formal email to my manager asking for comments on the Quarterly Financial Report I put together, "
+           "in particular on the data analysis, the presentation style and how clear the conclusions are."),
+    ("83", "I'm writing a blog article that compares two well-known phones. Make me an outline with the main points "
+           "and section headings to contrast their features, performance and user experience."),
+    ("84", "Help me persuade my shy friend, who hates speaking in public, to be a guest speaker at an event in our "
+           "town. Write a convincing email with strong arguments that answers the objections they might raise."),
+    ("85", "Create a memorable, original character description with rich imagery and inventive wording, in under "
+           "two paragraphs."),
+    ("86", "Describe a busy market in one paragraph, with the smells, the noise and the sights, so the reader feels "
+           "they are there."),
+]
+
+
+def test_paraphrases_of_test_items_are_caught_by_embeddings_alone_and_real_prompts_are_not():
+    from arena_learning.curate.embed import text_embedder
+    from arena_learning.curate.settings import EmbedSettings
+
+    tests = ingest([shared("mt_bench", "question.jsonl")]).prompts
+    pool = ingest([shared("arena-hard-v0.1", "question.jsonl")]).prompts[:150]
+    planted = [P(f"para-{k}", text) for k, text in PARAPHRASES]
+    assert decontaminate(planted, tests)[1] == Counter()  # the other two tests miss every one
+    embed = text_embedder(EmbedSettings(max_seq_length=128))
+    kept, dropped, matches = decontaminate(pool + planted, tests, embed=embed, embedding_threshold=0.75)
+    # 4 of the 6 reach 0.75 (measured: 0.91, 0.83, 0.80, 0.88, 0.74, 0.72); each is matched to its own question
+    caught = {k: v for k, v in matches.items() if k.startswith("para-")}
+    assert caught == {f"para-{k}": k for k in ("81", "82", "83", "84")}, matches
+    assert dropped["contaminated_embedding"] == len(matches)
+    assert len(kept) >= len(pool) - 1  # real prompts are not paraphrases: at most one arena-hard one is that close
+    off = decontaminate(pool + planted, tests, embed=embed, embedding_threshold=None)
+    assert len(off[0]) == len(pool) + len(planted)
+
+
 def test_shared_boilerplate_alone_does_not_make_an_item_contaminated():
     vicuna = {p.id: p for p in ingest([shared("vicuna_bench", "question.jsonl")]).prompts}
     # Questions 41-50 all end "Try to explain your answer. Your explanation should take the

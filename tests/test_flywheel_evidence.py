@@ -7,6 +7,7 @@ round's paired delta, exact answers gained and lost, and the verbosity watch (te
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from arena_learning.cli import app
 from arena_learning.config import ModelSpec, RunConfig, validate_config
 from arena_learning.flywheel.rounds import Flywheel
 from arena_learning.flywheel.settings import FlywheelConfig
-from arena_learning.flywheel_state import StageRecord, load_state, state_path
+from arena_learning.flywheel_state import SliceRecord, StageRecord, load_state, state_path
 from arena_learning.rating.bt import RateOptions, leaderboard
 from arena_learning.records import Answer
 from arena_learning.store import Store
@@ -149,6 +150,9 @@ def test_the_flywheel_table_json_and_state_carry_paired_deltas_exact_answers_and
                 for r, m in ((0, R0), (1, R1))]
         fw.started_from = {"r0.0-sft": BASE, "r1.0-sft": R0}  # as run_stage records them
         fw.state.stages = {x.key: x for x in recs}
+        fw.state.slices = {"D0": SliceRecord(prompts=10, dropped_as_test=2,
+                                             dropped_near_test={"contaminated_embedding": 2}),
+                           "D1": SliceRecord(prompts=12)}
         ratings = leaderboard(task_ws["battles"], RateOptions(**cfg.ratings.model_dump()))
         spec = {m: cfg.target.model_copy(update={"name": m}) for m in (R0, R1)}
         rep = fw.report(ratings, [(0, spec[R0], [recs[0]]), (1, spec[R1], [recs[1]])], recs, 1.0)
@@ -182,7 +186,10 @@ def test_the_flywheel_table_json_and_state_carry_paired_deltas_exact_answers_and
     assert state.stages["r1.0-sft"].exact == r1.exact
     html = _flywheel_html(task_ws["ws"])
     assert "Paired deltas" in html and "Verbosity watch" in html and f"{r1.delta_prev.rating:+.1f}" in html
+    # what decontamination dropped from each slice, by reason, and the stages each slice fed
+    assert "Slices and decontamination" in html and '<td class="">embedding 2</td>' in html
     print_report(rep)
     text = capsys.readouterr().out
+    assert re.search(r"D0\s+10\s+2\s+embedding 2\s+r0\.0-sft", text) and re.search(r"D1\s+12\s+0\s+-\s+r1\.0-sft", text)
     assert "paired deltas" in text and "verbosity watch" in text and "exact answers per category" in text
     assert f"{r0.delta_prev.rating:+.1f} [{r0.delta_prev.ci_low:+.0f}, {r0.delta_prev.ci_high:+.0f}]" in text

@@ -288,6 +288,9 @@ def test_a_stored_slice_loses_its_near_copies_of_every_test_set_in_the_workspace
     pool = [Prompt(id="copy", turns=[question.replace("engaging", "engaging,").lower()]),  # a near-copy: MinHash
             Prompt(id="pasted", turns=["Please help me. " + long_test.replace("ocean.", "ocean, with examples.")
                                        + " Then also write me a short poem about autumn leaves falling slowly."]),
+            # a paraphrase: other words, the same request; only the embedding test sees it (cosine 0.91)
+            Prompt(id="paraphrase", turns=["Write a fun travel blog entry about a trip I just took to Hawaii, covering "
+                                           "the culture and the sights nobody should miss."]),
             Prompt(id="clean", turns=["Write a haiku about a lighthouse in winter."])]
     cfg = config(pool={"D0": {"set": "pool/D0"}, "D1": CONFIG["pool"]["D1"]})
     with Store(tmp_path / "ws") as store:
@@ -297,9 +300,14 @@ def test_a_stored_slice_loses_its_near_copies_of_every_test_set_in_the_workspace
         near: dict[str, Counter[str]] = {}
         slices = slice_prompts(cfg, [], store, near)
     prompts, dropped = slices["D0"]
-    assert [p.id for p in prompts] == ["clean"] and dropped == 2
-    assert near == {"D0": Counter({"contaminated_minhash": 1, "contaminated_ngram": 1})}
+    assert [p.id for p in prompts] == ["clean"] and dropped == 3
+    assert near == {"D0": Counter({"contaminated_minhash": 1, "contaminated_ngram": 1, "contaminated_embedding": 1})}
     assert "D1" not in near  # task slices: exact-disjoint by construction, near-copy tests do not apply
+    with Store(tmp_path / "ws") as store:  # the paraphrase test off: the paraphrase stays
+        off = config(pool={"D0": {"set": "pool/D0"}, "D1": CONFIG["pool"]["D1"]},
+                     decontam={"embedding_threshold": None})
+        assert [p.id for p in slice_prompts(off, [], store)["D0"][0]] == ["paraphrase", "clean"]
+        assert "decontam" in off.model_dump() and "decontam" not in cfg.model_dump()  # written only when changed
 
 
 @pytest.mark.slow

@@ -213,7 +213,12 @@ class SliceRecord(Record):
     dropped_as_test: int = Field(0, description="prompts of a stored set left out as test prompts")
     dropped_near_test: dict[str, int] = Field(default_factory=dict, description="of them, near-copies of a prompt of "
                                               "a test set in the workspace, by reason (contaminated_minhash, "
-                                              "contaminated_ngram)")
+                                              "contaminated_ngram, contaminated_embedding)")
+
+    def near_line(self) -> str:
+        """Say the near-copies dropped by reason ("minhash 1, embedding 2"), or "-" when none was."""
+        return ", ".join(f"{k.removeprefix('contaminated_')} {v}" for k, v in sorted(self.dropped_near_test.items())
+                         if v) or "-"
 
 
 class RunRecord(Record):

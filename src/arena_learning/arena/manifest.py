@@ -101,3 +101,41 @@ def manifest_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         out.append(f"the test sets differ ({ta.get('prompts')} prompts, hash {ta.get('hash')}; "
                    f"{tb.get('prompts')} prompts, hash {tb.get('hash')})")
     return out
+
+
+def manifest_line(m: dict[str, Any] | None) -> str:
+    """Return the manifest in one line, for a terminal table's foot: judge, test set, schedule, seeds, canaries.
+
+    ``arena leaderboard --manifest`` prints it whole (JSON); this line names what tells two boards apart.
+    """
+    if not m:
+        return "manifest: none (no run in this workspace)"
+    j = m.get("judge") or {}
+    judge = f"judge {j.get('name')} ({j.get('kind')}"
+    model = j.get("model") or {}
+    if model:
+        where = model.get("content") or ", ".join(model.get("endpoints") or []) or ""
+        judge += f", {model.get('engine')} {model.get('model')}" + (f" {where}" if where else "")
+    if j.get("template"):
+        judge += f", template {j['template']} #{j.get('template_hash')}"
+    if j.get("members"):
+        judge += f", {j.get('rule')} of {', '.join(str(x.get('name')) for x in j['members'])}"
+    parts = [judge + ")"]
+    t = m.get("test_set") or {}
+    parts.append(f"test set {t.get('prompts')} prompts, {t.get('turns')} turns, #{t.get('hash')}")
+    s = m.get("schedule") or {}
+    if s:
+        parts.append(f"schedule {s.get('schedule')}" + "".join(f" {k} {s[k]}" for k in ("baseline", "target")
+                                                              if s.get(k)))
+    r = m.get("ratings") or {}
+    if r:
+        parts.append(f"bootstrap {r.get('bootstrap')} over {r.get('resample')}s, seed {r.get('seed')}")
+    canaries = m.get("canaries") or []
+    failed = sorted({f for c in canaries for f in c.get("failed") or []})
+    if canaries:
+        parts.append("canaries " + ("FAILED: " + ", ".join(failed) if failed else "passed"))
+    else:
+        parts.append("canaries off (a verifier checks reference answers)" if j.get("kind") == "verifier"
+                     else "no canaries run")
+    parts.append(str(m.get("program")))
+    return "manifest: " + "; ".join(parts)

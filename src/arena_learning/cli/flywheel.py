@@ -19,8 +19,9 @@ from rich.table import Table
 
 from ..config import load_config_file
 from ..errors import ArenaError
-from ..flywheel_state import Delta, ExactAnswers, RatedModel, RoundRow, StageRecord
+from ..flywheel_state import Delta, ExactAnswers, RatedModel, RoundRow, SliceRecord, StageRecord
 from ..store import DEFAULT_SET, Store
+from .consoles import print_manifest_line
 from .errors import user_errors
 from .options import ray_overrides
 
@@ -114,6 +115,7 @@ def print_report(report: FlywheelReport) -> None:
                   str(steps or "-"), _fmt(s.train.s_per_step if s.train is not None else None, 2),
                   _fmt(s.train_loss, 3), _fmt(s.seconds.answer_battle), _fmt(s.seconds.train))
     wide.print(t)
+    print_slices(report)
     t = Table(title="references", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("model", "rating", "95% CI"):
         t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
@@ -131,6 +133,22 @@ def print_report(report: FlywheelReport) -> None:
         for s in report.stages:
             t.add_row(s.key, *[str(s.by_model.get(m, 0)) for m in models])
         wide.print(t)
+
+
+def print_slices(report: FlywheelReport) -> None:
+    """Print each slice's prompts, what decontamination dropped from it (by reason) and the stages it fed."""
+    if not report.slices:
+        return
+    t = Table(title="slices (dropped: a test prompt's text, or a near-copy of a prompt of a test set in the "
+              "workspace; never answered, harvested or trained on)", title_justify="left", box=box.SIMPLE_HEAD,
+              padding=(0, 1), pad_edge=False)
+    for col in ("slice", "prompts", "dropped", "near-copies", "stages"):
+        t.add_column(col, justify="right" if col in ("prompts", "dropped") else "left", no_wrap=True)
+    for name, raw in report.slices.items():
+        rec = SliceRecord.model_validate(raw)
+        t.add_row(name, str(rec.prompts), str(rec.dropped_as_test), rec.near_line(),
+                  ", ".join(s.key for s in report.stages if s.slice == name) or "-")
+    wide.print(t)
 
 
 def print_evidence(report: FlywheelReport) -> None:
@@ -236,6 +254,7 @@ def flywheel_command(
         typer.echo(json.dumps({**report.as_json(), "manifest": manifest}))
     else:
         print_report(report)
+        print_manifest_line(manifest)
         err_console.print(f"workspace: {ws} ({report.seconds:.0f} s)")
     # The report is optional: if it fails, the finished rounds stay in the workspace and the run succeeds.
     from ..report.html import write_report

@@ -22,6 +22,7 @@ from ..errors import ArenaError
 from ..records import Rating
 from ..scale import scaled
 from ..store import Store
+from .consoles import print_manifest_line, write_csv_manifest
 from .errors import user_errors
 from .options import ray_overrides
 from .tables import print_leaderboard
@@ -92,6 +93,8 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None, 
             cfg, store, prompts, on_answers=print_call_stats,
             on_battles=lambda report: print_battle_report(cfg, report, pipeline.stage_usage(cfg, store)))
     _emit_board(result.ratings or [], json_out, cfg.models)
+    if not json_out and result.ratings:
+        print_manifest_line(pipeline.workspace_manifest(store.root))
     # The report is optional: if it fails, the finished results stay in the workspace and the run succeeds.
     from ..report.html import write_report
 
@@ -245,16 +248,20 @@ def leaderboard(
         print_group_boards(workspace, by, json_out)
         return
     ratings = pipeline.workspace_board(workspace)
+    found = pipeline.workspace_manifest(workspace)
     if csv is not None:
         from ..rating.export import write_leaderboard_csv
 
         write_leaderboard_csv(ratings, csv)
+        err_console.print(f"manifest: {write_csv_manifest(csv, found)}", highlight=False)
     from ..arena.canaries import failed_line
 
     with Store(workspace, readonly=True) as store:
         cfg = pipeline.load_saved_config(store)
         doubt = failed_line(store, cfg.judge.name)
     _emit_board(ratings, json_out, cfg.models)
+    if not json_out:
+        print_manifest_line(found)
     if doubt is not None:  # said beside the board, terminal or JSON (on stderr: stdout stays the board)
         err_console.print(f"[bold yellow]warning:[/] {escape(doubt)}", highlight=False, soft_wrap=True)
 

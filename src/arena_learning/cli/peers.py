@@ -33,7 +33,7 @@ from ..errors import ArenaError
 from ..rating.baseline import BaselineRate, baseline_win_rates
 from ..records import Battle, Rating
 from ..store import Store, grade_battles
-from .consoles import stdout_console
+from .consoles import print_manifest_line, stderr_console, stdout_console, write_csv_manifest
 from .errors import reporting_errors
 
 IMPORT_HELP = (
@@ -226,16 +226,20 @@ def judge_ratings(workspace: Path, judge: str | None) -> tuple[str, list[Rating]
 
 def judge_board(workspace: Path, judge: str | None, json_out: bool, csv: Path | None = None) -> list[Rating]:
     """Print the Bradley-Terry leaderboard of one judge's battles (imported judgments need no run config)."""
+    from ..pipeline import workspace_manifest
     from ..rating.export import ratings_to_json, write_leaderboard_csv
     from .tables import print_leaderboard
 
     name, ratings = judge_ratings(workspace, judge)
+    found = workspace_manifest(workspace, name)
     if csv is not None:
         write_leaderboard_csv(ratings, csv)
+        stderr_console().print(f"manifest: {write_csv_manifest(csv, found)}", highlight=False)
     if json_out:
         sys.stdout.write(json.dumps(ratings_to_json(ratings), indent=2) + "\n")
     else:
         print_leaderboard(ratings, title=f"leaderboard of judge {name}")
+        print_manifest_line(found)
     return ratings
 
 
@@ -244,15 +248,16 @@ def baseline_board(workspace: Path, baseline: str, json_out: bool, judge: str | 
     name, battles, r = _judge_battles(workspace, judge)
     rounds = r.bootstrap
     rows = baseline_win_rates(battles, baseline, bootstrap=rounds, seed=r.seed)
+    from ..pipeline import workspace_manifest
+
     if json_out:
         out = [{"model": r.model, "win_rate": r.win_rate, "ci_low": r.ci_low, "ci_high": r.ci_high, "wins": r.wins,
                 "ties": r.ties, "losses": r.losses, "prompts": r.prompts} for r in rows]
-        from ..pipeline import workspace_manifest
-
         sys.stdout.write(json.dumps({"judge": name, "baseline": baseline, "bootstrap": rounds, "rows": out,
                                      "manifest": workspace_manifest(workspace, name)}, indent=2) + "\n")
         return rows
     stdout_console().print(baseline_table(rows, baseline, name, rounds))
+    print_manifest_line(workspace_manifest(workspace, name))
     return rows
 
 

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from ..errors import ArenaError
 from ..store import Store
-from .consoles import stdout_console
+from .consoles import print_manifest_line, stdout_console
 from .errors import user_errors
 from .tables import fmt, leaderboard_table
 
@@ -74,9 +74,9 @@ def scores_command(
         if cfg is None and judge is None and len(store.judgment_judges()) == 1:
             judge = store.judgment_judges()[0]  # imported judgments of one judge: nothing to choose
         name, rows = stage_scores(cfg, store, judge, bootstrap=bootstrap, seed=cfg.ratings.seed if cfg else 0)
-    if json_out:
-        from ..pipeline import workspace_manifest
+    from ..pipeline import workspace_manifest
 
+    if json_out:
         sys.stdout.write(json.dumps({"judge": name, "models": [r.as_dict() for r in rows],
                                      "manifest": workspace_manifest(workspace, name)}, indent=2) + "\n")
         return
@@ -92,6 +92,7 @@ def scores_command(
         cells = [f"{fmt(r.turns[t].mean, 2)} ({r.turns[t].n})" if t in r.turns else "-" for t in turns]
         table.add_row(escape(r.model), fmt(r.mean, 2), ci, *cells, str(r.graded), str(r.failed))
     stdout_console().print(table)
+    print_manifest_line(workspace_manifest(workspace, name))
     if len(cats) > 1 or (cats and cats != ["-"]):
         by_cat = Table(title="by category (n)", title_justify="left", box=box.SIMPLE_HEAD,
                        padding=(0, 1), pad_edge=False)

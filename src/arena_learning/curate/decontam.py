@@ -12,6 +12,10 @@ Two tests, either one drops a pool item:
 - long n-grams: the pool item shares a run of ``ngram`` words (13, as in the GPT-3
   paper) with a test item, within one user turn. This catches a test prompt pasted
   inside a longer request, where Jaccard similarity is low.
+- embeddings (when an embedder is given): the cosine similarity of a pool unit's embedding
+  to its nearest test unit's reaches ``embedding_threshold``; units as for MinHash (the
+  whole conversation and each turn), unnormalized text. This catches a paraphrase, which
+  shares few shingles and no long n-gram with the test item.
 """
 
 from __future__ import annotations
@@ -36,19 +40,20 @@ from .dedupe import (
 )
 
 
-def _units(prompts: Sequence[Prompt], min_later_words: int = 0) -> tuple[list[str], np.ndarray]:
+def _units(prompts: Sequence[Prompt], min_later_words: int = 0, raw: bool = False) -> tuple[list[str], np.ndarray]:
     """Return the texts compared (each conversation, and each turn of a multi-turn one) and their owner rows.
 
-    A turn after the first is a unit of its own only with at least ``min_later_words`` words.
+    A turn after the first is a unit of its own only with at least ``min_later_words`` words. Texts are
+    normalized for MinHash; ``raw``: as written (for an embedder, which reads case and punctuation).
     """
     texts: list[str] = []
     owners: list[int] = []
     for i, p in enumerate(prompts):
-        texts.append(dedupe_text(p))
+        texts.append("\n".join(p.turns) if raw else dedupe_text(p))
         owners.append(i)
         if len(p.turns) > 1:
             for k, t in enumerate(p.turns):
-                text = normalize(t)
+                text = t if raw else normalize(t)
                 if k > 0 and len(words(text)) < min_later_words:
                     continue
                 texts.append(text)
@@ -100,10 +105,15 @@ def decontaminate(
     ngram_coverage: float = 0.5,
     seed: int = 1,
     advance: Callable[[int], None] | None = None,
+    *,
+    embed: Callable[[list[str]], np.ndarray] | None = None,
+    embedding_threshold: float | None = None,
 ) -> tuple[list[Prompt], Counter[str], dict[str, str]]:
     """Return pool prompts clean of ``tests``, drops by reason, and dropped pool id -> matching test id.
 
-    Reasons: ``contaminated_minhash`` (checked first) and ``contaminated_ngram``: the
+    Reasons: ``contaminated_minhash`` (checked first), ``contaminated_ngram`` and, with
+    ``embed`` (texts -> unit-length embeddings, float32 (N, D)) and an ``embedding_threshold``,
+    ``contaminated_embedding``. The n-gram test: the
     pool item holds at least ``ngram_coverage`` of a test item's distinct word
     ``ngram``-grams. A share rather than one shared n-gram, because benchmarks reuse
     boilerplate ("Try to explain your answer. Your explanation should take the reader
@@ -142,6 +152,16 @@ def decontaminate(
             if sims[best] >= threshold:
                 hit_test[owner] = int(test_owner[candidates[best]])
 
+    nearest = None
+    if embedding_threshold is not None and embed is not None:
+        # only what the other tests kept is embedded: the costly test runs last
+        rest = [i for i, p in enumerate(pool) if i not in hit_test]
+        t_texts, t_owner = _units(tests, min_later_words=ngram, raw=True)
+        p_texts, p_owner = _units([pool[i] for i in rest], raw=True)
+        hit_unit = nearest_tests(embed(p_texts), embed(t_texts), embedding_threshold)
+        nearest = np.full(len(pool), -1, dtype=np.int64)
+        for u in np.flatnonzero(hit_unit >= 0)[::-1]:  # reversed: the pool item's first hit unit names the match
+            nearest[rest[int(p_owner[u])]] = t_owner[hit_unit[u]]
     kept: list[Prompt] = []
     dropped: Counter[str] = Counter()
     matches: dict[str, str] = {}
@@ -149,13 +169,32 @@ def decontaminate(
         if i in hit_test:
             dropped["contaminated_minhash"] += 1
             matches[p.id] = tests[hit_test[i]].id
+        elif (hit := _ngram_hit(_prompt_ngrams(p, ngram), sorted_grams, sorted_owner, n_grams,
+                                ngram_coverage)) is not None:
+            dropped["contaminated_ngram"] += 1
+            matches[p.id] = tests[hit].id
+        elif nearest is not None and nearest[i] >= 0:
+            dropped["contaminated_embedding"] += 1
+            matches[p.id] = tests[int(nearest[i])].id
         else:
-            hit = _ngram_hit(_prompt_ngrams(p, ngram), sorted_grams, sorted_owner, n_grams, ngram_coverage)
-            if hit is None:
-                kept.append(p)
-            else:
-                dropped["contaminated_ngram"] += 1
-                matches[p.id] = tests[hit].id
+            kept.append(p)
         if advance is not None:
             advance(1)
     return kept, dropped, matches
+
+
+def nearest_tests(pool_vecs: np.ndarray, test_vecs: np.ndarray, threshold: float, chunk: int = 4096) -> np.ndarray:
+    """Return, per pool row, the row of its most similar test item if the cosine reaches ``threshold``, else -1.
+
+    ``pool_vecs`` float32 (N, D) and ``test_vecs`` float32 (T, D) are unit length (embed.embed_texts), so a dot
+    product is the cosine; pool rows go in chunks, so memory stays (chunk, T). Returns int64 (N,).
+    """
+    out = np.full(len(pool_vecs), -1, dtype=np.int64)
+    if not len(pool_vecs) or not len(test_vecs):
+        return out
+    for start in range(0, len(pool_vecs), chunk):
+        sims = pool_vecs[start : start + chunk] @ test_vecs.T
+        best = np.argmax(sims, axis=1)
+        hit = sims[np.arange(len(best)), best] >= threshold
+        out[start : start + chunk][hit] = best[hit]
+    return out

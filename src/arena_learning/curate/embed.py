@@ -22,6 +22,8 @@ from ..records import Prompt
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from .settings import EmbedSettings
+
 BUNDLED = "bundled"
 
 # Texts go to the model in chunks of this many batches, so a progress bar can move
@@ -154,3 +156,14 @@ def embed_prompts(
     """Return unit-length embeddings of ``prompts``; float32 (N, D)."""
     with torch_threads(threads):
         return embed_texts(model, embedding_texts(prompts, mode), batch_size, advance)
+
+
+def text_embedder(s: EmbedSettings) -> Callable[[list[str]], np.ndarray]:
+    """Return texts -> unit-length embeddings, float32 (N, D), by the model of ``s`` (loaded on the first call)."""
+
+    def embed(texts: list[str]) -> np.ndarray:
+        model = load_embedder(s.model, s.device, s.max_seq_length)
+        with torch_threads(s.threads):
+            return embed_texts(model, texts, s.batch_size)
+
+    return embed

@@ -305,6 +305,7 @@ def run_pool(
     The build cleans the sources, decontaminates them against the test sets and cuts D0..D{n-1}.
     """
     from .decontam import decontaminate
+    from .embed import text_embedder
     from .ingest import ingest
     from .slices import cut_slices, slice_names
     from .testset import cluster_embeddings, cluster_names, label_prompts
@@ -352,6 +353,8 @@ def run_pool(
                 dc.ngram_coverage,
                 dc.seed,
                 advance,
+                embed=text_embedder(cfg.embed) if tests else None,
+                embedding_threshold=dc.embedding_threshold,
             )
             notes = {"test items": len(tests), **notes}
             steps.append(Step("decontaminate", len(cleaned), len(pool), dict(dropped), notes))

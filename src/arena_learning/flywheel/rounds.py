@@ -68,7 +68,7 @@ from . import train as training
 from .evidence import Evidence, gather
 from .export import export_items, read_items
 from .harvest import RipFilter, balance_items, per_model_counts, select_pairs, select_sft
-from .settings import FlywheelConfig, RoundSpec, SliceSpec, StageSpec
+from .settings import FlywheelConfig, RoundSpec, SliceDecontam, SliceSpec, StageSpec
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
 TEST_SET = pipeline.TEST_SET
@@ -135,8 +135,6 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
     and in the dropped count. Task-suite slices are exact-disjoint by construction; their items
     share templates by design, so near-copy tests do not apply to them.
     """
-    from ..curate.decontam import decontaminate
-
     tests = test_sets(store, test)
     banned = {_norm(t) for p in test for t in p.turns}
     banned |= {_norm(q) for q in pipeline.few_shot_questions([cfg.target, *cfg.references])}
@@ -150,7 +148,7 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
                                  "it first (`arena pool build`, `arena ingest`), or give the slice task prompts "
                                  "(n, seed)")
             prompts = [p for p in got if not any(_norm(t) in banned for t in p.turns)]
-            prompts, why, _ = decontaminate(prompts, tests)
+            prompts, why, _ = near_copies_dropped(prompts, tests, cfg.decontam)
             if near is not None and why:
                 near[name] = why
             if spec.limit is not None:
@@ -164,6 +162,17 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
         banned |= {_norm(t) for p in prompts for t in p.turns}
         out[name] = (prompts, dropped)
     return out
+
+
+def near_copies_dropped(prompts: list[Prompt], tests: Sequence[Prompt], s: SliceDecontam
+                        ) -> tuple[list[Prompt], Counter[str], dict[str, str]]:
+    """Return ``prompts`` without the near-copies of ``tests`` (curate.decontam), the drops by reason and matches."""
+    from ..curate.decontam import decontaminate
+    from ..curate.embed import text_embedder
+
+    return decontaminate(prompts, tests, s.threshold, s.num_perm, s.shingle, s.shingle_ngram, s.ngram,
+                         s.ngram_coverage, s.seed, embed=text_embedder(s.embed),
+                         embedding_threshold=s.embedding_threshold)
 
 
 def model_identity(spec: ModelSpec) -> str:
@@ -246,9 +255,9 @@ class Flywheel:
             self.state.slices[name] = SliceRecord(prompts=len(prompts), dropped_as_test=dropped,
                                                   dropped_near_test=dict(near.get(name, {})))
             if near.get(name):
-                why = ", ".join(f"{k.removeprefix('contaminated_')} {v}" for k, v in sorted(near[name].items()))
                 self.say(f"[flywheel] slice {name}: {sum(near[name].values())} prompts dropped as near-copies of "
-                         f"test prompts ({why}); they are never answered, harvested or trained on")
+                         f"test prompts ({self.state.slices[name].near_line()}); they are never answered, harvested "
+                         "or trained on")
         self._save_state()
 
     # ---- answering and judging -------------------------------------------------------------

@@ -26,6 +26,7 @@ from ..config import (
     TasksConfig,
     oracle_judge_error,
 )
+from ..curate.settings import EmbedSettings, NearCopySettings
 from ..scale.launch import LaunchSettings
 from ..tasks import SUITES, suite_categories
 
@@ -195,6 +196,18 @@ class RoundSpec(Section):
     stages: list[StageSpec] = Field(min_length=1)
 
 
+class SliceDecontam(NearCopySettings):
+    """The near-copy tests a stored slice passes against every test set of the workspace before it is answered.
+
+    MinHash, long shared n-grams and embeddings (curate.decontam), as `arena pool build`: a test set may come
+    after the pool was built. Task-suite slices are exact-disjoint from the test set by construction and share
+    its templates by design ("What is 12 + 7?"), so these tests do not apply to them.
+    """
+
+    embed: EmbedSettings = Field(default_factory=EmbedSettings, description="the model that embeds prompts for the "
+                                 "paraphrase test (embedding_threshold)")
+
+
 class RipSettings(Section):
     """RIP filtering of preference pairs (arXiv 2501.18578); each threshold off when null."""
 
@@ -276,6 +289,9 @@ class FlywheelConfig(Section):
         "(default: judge). Another model keeps the flywheel from grading its own homework: a judge's taste that "
         "the data taught would otherwise be measured by the same taste")
     tasks: TasksConfig = Field(default_factory=lambda: TasksConfig(n=180), description="the test set (task suite)")
+    decontam: SliceDecontam = Field(
+        default_factory=SliceDecontam, exclude_if=lambda v: v == SliceDecontam(), description="the near-copy tests "
+        "of stored slices against the workspace's test sets (written only when changed)")
     prompts: PromptsConfig | None = Field(None, description="open prompts as the test set instead (LLM judge)")
     pool: dict[str, SliceSpec] = Field(min_length=1, description="training slices by name (D0, D1, ...)")
     rounds: list[RoundSpec] = Field(min_length=1)

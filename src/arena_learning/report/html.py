@@ -525,6 +525,14 @@ def _flywheel_html(root: Path) -> str:
                    + _e("; ".join(f"{k}: {ev.after}" for k, ev in enumerate(evals))) + ").</p>")
         out.append(line_chart(list(series.items()), x_label="evaluation", y_label="rating",
                               label="ratings per evaluation"))
+    if state.slices:
+        out.append('<h3>Slices and decontamination</h3><p class="note">Each training slice\'s prompts, and what was '
+                   "dropped from it before any answer: prompts whose text is a test prompt's, and near-copies of a "
+                   "prompt of any test set in the workspace (MinHash, long shared n-grams, embeddings).</p>")
+        out.append(_table(["slice", "prompts", "dropped as test", "near-copies", "stages"],
+                          [[_e(name), str(rec.prompts), str(rec.dropped_as_test), _e(rec.near_line()),
+                            _e(", ".join(st.key for st in state.stages.values() if st.slice == name) or "-")]
+                           for name, rec in state.slices.items()], left=1))
     harvested = [(s.key, sorted(s.by_model.items())) for s in state.stages.values() if s.by_model]
     if harvested:
         out.append('<h3>Data harvested per reference model</h3><p class="note">Training examples (SFT: the '
