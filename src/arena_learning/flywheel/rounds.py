@@ -42,6 +42,8 @@ from typing import Any, Literal
 from .. import pipeline
 from ..arena.canaries import judge_risk_error
 from ..config import ModelSpec
+from ..engines.bundled import cache_dir
+from ..engines.gguf_export import export_gguf
 from ..engines.identity import content_identity
 from ..engines.transformers_engine import release_models, resolve_hf_folder
 from ..errors import ArenaError
@@ -183,6 +185,39 @@ def model_identity(spec: ModelSpec) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+SERVED_GGUF = "model.gguf"
+"""A trained stage's model exported to GGUF (``training.serve_as: llamacpp``), beside its folder ``model/``."""
+
+
+def served_spec(spec: ModelSpec, gguf: str | Path) -> ModelSpec:
+    """Return the llamacpp spec that answers for the transformers ``spec`` from its GGUF export ``gguf``.
+
+    The name, ``mode``, ``prompt_format``, ``params`` (and every other contestant setting) stay the
+    target's; ``parallel`` is its ``batch_size`` (llama.cpp decodes that many greedy requests
+    together, as transformers batches them). In chat mode without a ``chat_template`` the folder's
+    own template (tokenizer_config.json or chat_template.jinja) is carried over, as transformers
+    would use it.
+    """
+    update: dict[str, Any] = {"engine": "llamacpp", "model": str(gguf), "parallel": spec.batch_size}
+    if spec.mode == "chat" and spec.chat_template is None and spec.chat_format is None:
+        template = folder_chat_template(resolve_hf_folder(spec.model))
+        if template is not None:
+            update["chat_template"] = template
+    return ModelSpec.model_validate({**spec.model_dump(), **update})
+
+
+def folder_chat_template(folder: Path) -> str | None:
+    """Return the chat template a Hugging Face folder's tokenizer carries (None: it has none)."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text()
+    try:
+        template = json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template")
+    except (OSError, ValueError):
+        return None
+    return template if isinstance(template, str) else None
+
+
 # ---- the report ----------------------------------------------------------------------------
 
 
@@ -236,6 +271,10 @@ class Flywheel:
         self.rated: list[ModelSpec] = []  # the models rated on the test set so far, in order
         self.started_from: dict[str, str] = {}  # stage key -> the model it trained from (for its paired delta)
         self.worked = False  # whether this run answered for, harvested or trained a stage
+        # serve_as llamacpp: a trained (or the base) model's ``model`` -> where its GGUF export goes, and the
+        # served specs made so far
+        self._gguf_at: dict[str, Path] = {}
+        self._served: dict[str, ModelSpec] = {}
 
     def _save_state(self) -> None:
         save_state(self.state, self.root / STATE_FILE)
@@ -270,6 +309,7 @@ class Flywheel:
         an earlier step is not asked again: its empty answers (failed calls) would be re-sent otherwise.
         A prompt a model gave no answer to gets an empty one, which loses its battles.
         """
+        models = [self.served(m) for m in models]
         answered = self.state.answered.setdefault(set_name, {})
         ids = [p.id for p in prompts]
         idents = {spec.name: model_identity(spec) for spec in models}
@@ -303,6 +343,31 @@ class Flywheel:
         self._save_state()
         return ratings
 
+    def served(self, spec: ModelSpec) -> ModelSpec:
+        """Return the spec that answers for ``spec``: itself, or (``training.serve_as: llamacpp``, a model of the
+        target's lineage) its GGUF export through llama.cpp, exported on first use."""
+        t = self.cfg.training
+        if t.serve_as == "transformers" or spec.engine != "transformers" or spec.model not in self._gguf_at:
+            return spec
+        if spec.model not in self._served:
+            out = self._gguf_at[spec.model]
+            self.say(f"[flywheel] {spec.name}: serving through llama.cpp; exporting {spec.model} to GGUF "
+                     f"({t.serve_quantize}) at {out}")
+            path = export_gguf(resolve_hf_folder(spec.model), out, quantize=t.serve_quantize, threads=spec.n_threads)
+            self._served[spec.model] = served_spec(spec, path)
+        return self._served[spec.model].model_copy(update={"name": spec.name, "params": spec.params})
+
+    def serve_from(self, spec: ModelSpec, gguf: Path | None) -> None:
+        """Mark ``spec`` as the target's (its answers go through ``served``), its GGUF export at ``gguf``
+        (None: in the arena cache, by the folder's content: the base model)."""
+        if gguf is None:
+            folder = resolve_hf_folder(spec.model) if self.cfg.training.serve_as == "llamacpp" else None
+            if folder is None:
+                return
+            digest = content_identity(folder).split(":")[1][:16]
+            gguf = cache_dir() / "gguf-export" / f"{folder.name}-{digest}-{self.cfg.training.serve_quantize}.gguf"
+        self._gguf_at[spec.model] = gguf
+
     # ---- stages ------------------------------------------------------------------------------
     def _fingerprint(self, r: int, i: int, stage: StageSpec, before: str, variant: str | None) -> str:
         kind_settings = getattr(self.cfg.training, stage.kind).model_dump(mode="json")
@@ -316,8 +381,15 @@ class Flywheel:
                            "references": [m.model_dump(mode="json") for m in self.refs],
                            "judge": self.cfg.judge.model_dump(mode="json"),
                            "test": self.cfg.tasks.model_dump(mode="json"),
-                           "before": before, "where": [r, i]}, sort_keys=True)
+                           "before": before, "where": [r, i], **self._serve_fingerprint()}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def _serve_fingerprint(self) -> dict[str, Any]:
+        # How the target's models answer makes the harvest; absent while default, so fingerprints stay as they were
+        t = self.cfg.training
+        if t.serve_as == "transformers":
+            return {}
+        return {"serve": {"as": t.serve_as, "quantize": t.serve_quantize}}
 
     def _stage_name(self, rnd: RoundSpec, r: int, i: int, stage: StageSpec) -> str:
         same = [s for s in rnd.stages if s.kind == stage.kind]
@@ -342,6 +414,7 @@ class Flywheel:
                               selection=variant or stage.selection, ablation=variant, model=name, fingerprint=fp)
             self.state.stages[key] = rec
         out_spec = self.cfg.target.model_copy(update={"name": name, "model": str(folder / training.MODEL_DIR)})
+        self.serve_from(out_spec, folder / SERVED_GGUF)
         if rec.status == "done" and training.stage_done(folder):
             self.say(f"[flywheel] {key}: done in an earlier run ({rec.examples} examples); skipped")
             return out_spec, rec
@@ -496,6 +569,7 @@ class Flywheel:
         self.make_slices()
         base_name = f"{cfg.target.name}-base"
         current = cfg.target.model_copy(update={"name": base_name})
+        self.serve_from(current, None)
         if cfg.evaluate_base:
             self.rated.append(current)
         before = "base"

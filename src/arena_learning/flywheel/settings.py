@@ -267,6 +267,19 @@ class TrainingConfig(Section):
     rl: RLSettings = Field(default_factory=RLSettings)
     launch: LaunchSettings = Field(default_factory=LaunchSettings, description="how stages are launched: in "
                                    "process (default), accelerate (DeepSpeed ZeRO-2/3, multi-GPU) or torchrun")
+    # exclude_if: written only when set, so that configs without them keep their saved form and fingerprints
+    serve_as: Literal["transformers", "llamacpp"] = Field(
+        "transformers", exclude_if=lambda v: v == "transformers", description="the engine the target's models "
+        "answer through (the base and every trained stage; training is transformers either way): transformers "
+        "(the trained folder itself), or llamacpp: each model's folder exported to GGUF (STAGE/model.gguf, the base "
+        "in the arena cache) with the bundled model's metadata and tokenizer, answering with the target's mode, "
+        "prompt_format and params, parallel = batch_size. Measured on 2 cores (benchmarks/bench_serve_as.py): "
+        "about 10x the tokens/s of transformers float32; f16 answers equal float32 transformers' on 32/32 test "
+        "prompts, q4_k_m on 29/32")
+    serve_quantize: Literal["f16", "q4_k_m", "f32"] = Field(
+        "f16", exclude_if=lambda v: v == "f16", description="serve_as llamacpp: the GGUF's tensor type: f16 "
+        "(answers as transformers float32 does, 540 MB), q4_k_m (llama.cpp's quantizer, the bundled file's type, "
+        "250 MB, a little faster, some answers differ) or f32 (exact, 1.1 GB)")
 
 
 class FlywheelConfig(Section):

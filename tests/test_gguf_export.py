@@ -1,0 +1,123 @@
+"""A Hugging Face folder exported to GGUF (engines/gguf_export.py) and the flywheel's ``training.serve_as``.
+
+The roundtrip runs on the real bundled model: its GGUF dequantized into a Hugging Face folder
+(``bundled_hf_folder``) and exported back holds the bundled file's tensors (dequantized) exactly,
+and llama.cpp on the export answers as transformers does on the folder.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+import numpy as np
+import pytest
+
+from arena_learning.config import ModelSpec, validate_config
+from arena_learning.engines.gguf_export import export_gguf, marker_path
+from arena_learning.errors import ArenaError, ConfigError
+from arena_learning.flywheel.rounds import Flywheel, served_spec
+from arena_learning.flywheel.settings import FlywheelConfig, TrainingConfig
+
+from .test_flywheel_export import make_tiny
+from .test_flywheel_rounds import CONFIG
+
+
+def tiny_gemma3(folder):
+    """Save a tiny random Gemma 3 (hidden 64, 2 layers, vocab 300): the bundled architecture, another shape."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=128)
+    torch.manual_seed(0)
+    Gemma3ForCausalLM(cfg).save_pretrained(folder)
+    return folder
+
+
+def test_folders_that_do_not_fit_the_template_are_clear_errors(tmp_path):
+    with pytest.raises(ArenaError, match="is a 'llama' model.*engine 'transformers'"):
+        export_gguf(make_tiny(tmp_path / "llama"), tmp_path / "llama.gguf", quantize="f16")
+    with pytest.raises(ArenaError, match="does not have the shape.*hidden_size 64 \\(template embedding_length 640\\)"
+                                         ".*vocab_size 300"):
+        export_gguf(tiny_gemma3(tmp_path / "gemma"), tmp_path / "gemma.gguf", quantize="f16")
+    with pytest.raises(ArenaError, match="no config.json"):
+        export_gguf(tmp_path, tmp_path / "x.gguf")
+    with pytest.raises(ArenaError, match="quantize must be one of"):
+        export_gguf(tmp_path / "gemma", tmp_path / "x.gguf", quantize="q8")  # type: ignore[arg-type]
+    assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".*.tmp*"))  # nothing half-made
+
+
+def test_serve_as_is_a_training_option_absent_from_dumps_while_default():
+    assert "serve_as" not in TrainingConfig().model_dump() and "serve_quantize" not in TrainingConfig().model_dump()
+    data = json.loads(json.dumps(CONFIG))
+    cfg = validate_config({**data, "training": {**data["training"], "serve_as": "llamacpp"}}, FlywheelConfig, "t")
+    assert cfg.training.serve_as == "llamacpp" and cfg.training.serve_quantize == "f16"
+    assert cfg.training.model_dump()["serve_as"] == "llamacpp"
+    with pytest.raises(ConfigError, match="serve_as"):
+        validate_config({**data, "training": {"serve_as": "vllm"}}, FlywheelConfig, "t")
+    with pytest.raises(ConfigError, match="serve_quantize"):
+        validate_config({**data, "training": {"serve_as": "llamacpp", "serve_quantize": "q2"}}, FlywheelConfig, "t")
+
+
+def test_the_served_spec_keeps_the_targets_prompting():
+    target = ModelSpec.model_validate({**CONFIG["target"], "model": "/w/round-0/0-sft/model", "batch_size": 8,
+                                       "n_threads": 2})
+    spec = served_spec(target, "/w/round-0/0-sft/model.gguf")
+    assert (spec.engine, spec.model, spec.parallel) == ("llamacpp", "/w/round-0/0-sft/model.gguf", 8)
+    assert (spec.name, spec.mode, spec.prompt_format, spec.params, spec.n_threads) == (
+        target.name, target.mode, target.prompt_format, target.params, target.n_threads)
+
+
+@pytest.mark.slow
+def test_the_export_holds_the_bundled_tensors_and_is_reused(tmp_path):
+    """bundled GGUF -> HF folder (float32) -> GGUF f32: every tensor equals the bundled one dequantized."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from arena_learning.engines.bundled import bundled_model_path
+    from arena_learning.engines.transformers_engine import bundled_hf_folder
+
+    out = export_gguf(bundled_hf_folder(), tmp_path / "m.gguf", quantize="f32")
+    mtime = out.stat().st_mtime_ns
+    assert export_gguf(bundled_hf_folder(), out, quantize="f32").stat().st_mtime_ns == mtime  # cached
+    orig, new = GGUFReader(str(bundled_model_path())), GGUFReader(str(out))
+    assert [t.name for t in orig.tensors] == [t.name for t in new.tensors]
+    worst = 0.0
+    for a, b in zip(orig.tensors, new.tensors):
+        want = dequantize(a.data, a.tensor_type).reshape(b.data.shape)
+        worst = max(worst, float(np.abs(want - b.data).max()))
+    assert worst < 1e-6, worst  # norms go w -> w - 1 -> w in float32: only rounding
+    assert new.fields["general.file_type"].contents() == 0
+    keys = {k for k in orig.fields if not k.startswith("GGUF.")} - {"general.quantization_version"}
+    assert keys == {k for k in new.fields if not k.startswith("GGUF.")}
+    marker_path(out).unlink()  # an export whose marker is gone (killed before it was written) is made again
+    assert export_gguf(bundled_hf_folder(), out, quantize="f32").stat().st_mtime_ns != mtime
+
+
+@pytest.mark.slow
+def test_the_flywheel_serves_the_base_through_llamacpp_with_the_transformers_answers(tmp_path):
+    """serve_as llamacpp: the base's f16 export answers 16 test prompts as transformers float32 does."""
+    from arena_learning.engines import build_engine
+    from arena_learning.engines.base import Request
+    from arena_learning.engines.calls import run_requests
+    from arena_learning.store import Store
+    from arena_learning.tasks import generate_tasks
+
+    data = json.loads(json.dumps(CONFIG))
+    cfg = validate_config({**data, "training": {"serve_as": "llamacpp"}}, FlywheelConfig, "t")
+    base = cfg.target.model_copy(update={"name": "student-base", "batch_size": 8})
+    reqs = [Request(messages=[{"role": "user", "content": p.turns[0]}]) for p in generate_tasks(16, seed=0)]
+    with Store(tmp_path / "ws") as store:
+        fw = Flywheel(cfg, store, show_progress=False, say=lambda m: None)
+        fw.serve_from(base, None)
+        served = fw.served(base)
+        assert served.engine == "llamacpp" and served.model.endswith("-f16.gguf") and served.parallel == 8
+        assert fw.served(cfg.references[0]) is cfg.references[0]  # a reference is served as it is
+        answers = {}
+        for spec in (base, served):
+            with tempfile.TemporaryDirectory() as tmp, Store(tmp) as s:
+                answers[spec.engine] = [c.text for c in run_requests(s, build_engine(spec), reqs,
+                                                                     show_progress=False)]
+    same = sum(a == b for a, b in zip(answers["transformers"], answers["llamacpp"]))
+    assert same >= 14, (same, answers)  # measured: 16/16 (bench_serve_as.py: 32/32 at max_tokens 16)
