@@ -25,6 +25,24 @@ def shared(*parts: str) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def module_tmp(request, tmp_path_factory):
+    """A folder for one test module's shared fixture, removed when the module ends with no failed test.
+
+    Flywheel and training tests write full model folders (about 1 GB each in float32): pytest keeps
+    module fixtures' folders until the session ends, which filled a CI machine's disk. The folder
+    of a module with a failure stays for its post-mortem (as `tmp_path_retention_policy = "failed"`
+    keeps the folders of failed tests).
+    """
+    import shutil
+
+    failed_before = request.session.testsfailed
+    path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    yield path
+    if request.session.testsfailed == failed_before:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

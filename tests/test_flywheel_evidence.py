@@ -72,11 +72,11 @@ def build_workspace(ws, cfg, run, save) -> dict:
 
 
 @pytest.fixture(scope="module")
-def task_ws(tmp_path_factory):
+def task_ws(module_tmp):
     """A flywheel workspace's test set (its config saved as the flywheel saves it, no arena run config)."""
     cfg = validate_config(json.loads(json.dumps(FLYWHEEL)), FlywheelConfig, "test")
     run = cfg.arena_config([ModelSpec(name=m, engine="imported") for m in right_sets(90)])
-    return build_workspace(tmp_path_factory.mktemp("evidence") / "ws", cfg, run,
+    return build_workspace(module_tmp / "ws", cfg, run,
                            lambda store: pipeline.save_config(cfg, store, "flywheel_config", "flywheel.resolved.yaml"))
 
 

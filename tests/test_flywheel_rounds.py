@@ -111,8 +111,8 @@ def _wait_for_checkpoint(proc: subprocess.Popen, work: Path, timeout: float = 60
 
 
 @pytest.fixture(scope="module")
-def killed_and_resumed(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("flywheel")
+def killed_and_resumed(module_tmp):
+    tmp = module_tmp
     data = json.loads(json.dumps(CONFIG))
     data["training"]["sft"]["max_steps"] = 2
     cfg_path = tmp / "fw.yaml"

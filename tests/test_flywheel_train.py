@@ -85,8 +85,8 @@ def test_last_checkpoint_skips_partial_saves(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def stages(tmp_path_factory):
-    return tmp_path_factory.mktemp("stages")
+def stages(module_tmp):
+    return module_tmp
 
 
 @pytest.mark.slow

@@ -76,8 +76,8 @@ def answer_stats(ws):
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("e2e")
+def finished_run(module_tmp):
+    root = module_tmp
     cfg = write_config(root / "run.yaml", CONFIG)
     ws = root / "ws"
     proc = arena("run", cfg, "-w", ws, "--json")
