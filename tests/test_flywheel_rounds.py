@@ -70,6 +70,55 @@ def test_a_flywheel_config_refuses_a_non_transformers_target_an_unknown_slice_an
     assert config().training.sft.accumulation == 1
 
 
+def test_a_stage_sweep_is_checked_when_the_config_loads_and_leaves_the_main_stage_as_it_was(tmp_path):
+    from arena_learning.flywheel.rounds import Flywheel
+    from arena_learning.store import Store
+
+    def rounds(sweep):
+        stage = {"kind": "dpo", "slice": "D1", **({"sweep": sweep} if sweep is not None else {})}
+        return [{"stages": [{"kind": "sft", "slice": "D0"}]}, {"stages": [stage]}]
+
+    with pytest.raises(ConfigError, match=r"sweep lr: lr not a setting of training.dpo \(it has learning_rate"):
+        config(rounds=rounds({"lr": {"lr": 1e-4}}))
+    with pytest.raises(ConfigError, match=r"rounds.1: stage dpo, sweep x: beta: Input should be greater than 0 \(got"):
+        config(rounds=rounds({"x": {"beta": -1}}))
+    with pytest.raises(ConfigError, match="sweep variant 'random': a name of lowercase letters"):
+        config(rounds=rounds({"random": {"beta": 0.2}}))
+    with pytest.raises(ConfigError, match="unknown DPO loss_type"):
+        config(rounds=rounds({"x": {"loss_type": ["nope"]}}))
+    plain, swept = config(rounds=rounds(None)), config(rounds=rounds({"b0.2": {"beta": 0.2}, "b0.5": {"beta": 0.5}}))
+    assert "sweep" not in plain.model_dump()["rounds"][1]["stages"][0]  # unset: not written
+    assert swept.training.settings("dpo", {"beta": 0.2}).beta == 0.2 and swept.training.dpo.beta == 0.3
+    # The main stage's fingerprint is the same with or without a sweep (adding a variant redoes nothing);
+    # each variant's differs from the main stage's and from the other's.
+    with Store(tmp_path / "ws") as store:
+        a, b = Flywheel(plain, store, show_progress=False), Flywheel(swept, store, show_progress=False)
+        st_plain, st_swept = plain.rounds[1].stages[0], swept.rounds[1].stages[0]
+        main = a._fingerprint(1, 0, st_plain, "x", None)
+        assert b._fingerprint(1, 0, st_swept, "x", None) == main
+        v1, v2 = (b._fingerprint(1, 0, st_swept, "x", v, swept=True) for v in ("b0.2", "b0.5"))
+        assert len({main, v1, v2}) == 3
+
+
+def test_the_search_example_is_the_world_example_with_a_dpo_and_an_rl_sweep_after_it():
+    from arena_learning.config import load_config_file
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    world = load_config_file(examples / "flywheel-world.yaml", FlywheelConfig)
+    search = load_config_file(examples / "flywheel-search.yaml", FlywheelConfig)
+    # What the world's five SFT stages are made of is the same, so a world workspace resumes at round 5.
+    assert search.rounds[:5] == world.rounds and len(search.rounds) == 7
+    assert {k: v for k, v in search.pool.items() if k in world.pool} == world.pool
+    for part in ("target", "references", "judge", "tasks", "harvest", "ratings", "name"):
+        assert getattr(search, part) == getattr(world, part), part
+    assert search.training.sft == world.training.sft and search.training.serve_as == world.training.serve_as
+    (dpo,), (rl,) = search.rounds[5].stages, search.rounds[6].stages
+    assert (dpo.kind, rl.kind) == ("dpo", "rl") and len(dpo.sweep) + len(rl.sweep) + 2 >= 12  # the issue's 12 settings
+    for stage in (dpo, rl):
+        for name, changes in stage.sweep.items():
+            assert search.training.settings(stage.kind, changes) != getattr(search.training, stage.kind), name
+
+
 def test_the_rating_judge_is_eval_judge_or_the_harvesting_judge_and_the_table_says_which():
     two = config()
     models = [two.target, *two.references]
@@ -332,3 +381,33 @@ def test_arena_info_traces_a_trained_example_back_to_its_battles(killed_and_resu
     assert table.exit_code == 0 and "the battles behind it" in table.stdout
     missing = CliRunner().invoke(app, ["info", str(ws), "--example", "nope"])
     assert missing.exit_code == 2 and "no harvested example" in missing.output
+
+
+@pytest.mark.slow
+def test_a_sweep_trains_variants_beside_a_finished_stage_from_the_same_model_on_the_same_data(killed_and_resumed):
+    """Run after the module's other tests: a sweep on round 1 added to the finished workspace."""
+    k = killed_and_resumed
+    data = json.loads(json.dumps(CONFIG))
+    data["training"]["sft"]["max_steps"] = 6  # the first runs' --set: the main stages' inputs unchanged
+    data["rounds"][1]["stages"][0]["sweep"] = {"lr1e-3": {"learning_rate": 1e-3, "max_steps": 1}}
+    cfg_path = k["tmp"] / "sweep.yaml"
+    cfg_path.write_text(yaml.safe_dump(data))
+    res = subprocess.run([*ARENA, "flywheel", str(cfg_path), "-w", str(k["ws"]), "--json"], capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "r0.0-sft: done in an earlier run" in res.stderr and "r1.0-sft: done in an earlier run" in res.stderr
+    assert "sweep lr1e-3: {'learning_rate': 0.001, 'max_steps': 1}" in res.stderr
+    state = load_state(state_path(k["ws"]))
+    main, var = state.stages["r1.0-sft"], state.stages["r1.0-sft-lr1e-3"]
+    assert var.status == "done" and var.train.steps == 1 and main.train.steps == 6
+    assert var.selection == main.selection == "all" and var.ablation == "lr1e-3"
+    assert var.trained_on == main.trained_on == 15 and var.examples == main.examples  # the main stage's data
+    assert (k["ws"] / "flywheel" / "round-1" / "0-sft-lr1e-3" / "model").is_dir()
+    out = json.loads(res.stdout)
+    row = {a["key"]: a for a in out["ablations"]}["r1.0-sft-lr1e-3"]
+    assert row["sweep"] == {"learning_rate": 0.001, "max_steps": 1} and row["model"] == "student-r1-sft-lr1e-3"
+    assert row["rating"] is not None and row["delta_prev"]["vs"] == "student-r0-sft"  # rated, from the same start
+    assert [r["model"] for r in out["rounds"]] == ["student-r0-sft", "student-r1-sft"]  # the chain is unchanged
+    table = subprocess.run([*ARENA, "flywheel", str(cfg_path), "-w", str(k["ws"])], capture_output=True, text=True,
+                           timeout=900)
+    assert table.returncode == 0 and "learning_rate=0.001 max_steps=1" in table.stdout

@@ -115,7 +115,16 @@ def test_requests_in_one_batch_keep_their_own_limits_and_stops_and_slots_are_reu
     limits = ((1, []), (7, [","]), (20, ["\n"]), (33, []))
     requests = [Request(prompt=t, params={"max_tokens": m, "stop": s}) for t in texts for m, s in limits]
     batcher = load_batcher(spec.model_copy(update={"parallel": 4}))
+    before = build_engine(spec.model_copy(update={"parallel": 4})).batch_stats()
     batched = together(spec, requests, size=4)  # 16 requests through 4 slots
+    after = build_engine(spec.model_copy(update={"parallel": 4})).batch_stats()
+    c = {k: after[k] - before[k] for k in after}
+    # Every step is a decode step (each sequence one generated token) or a prefill step (some prompt tokens):
+    # the prompt tokens are counted once (at most each prompt's, at least one each), the rest were generated.
+    assert c["decode_steps"] + c["prefill_steps"] == c["steps"] and c["decode_steps"] > 0
+    assert len(requests) <= c["prefill_tokens"] <= sum(r.tokens_in for r in batched)
+    assert c["decode_tokens"] <= c["evaluated"] - c["prefill_tokens"] <= sum(r.tokens_out for r in batched)
+    assert c["decode_ms"] > 0 and c["prefill_ms"] > 0
     for r, c in zip(requests, batched):
         stops, max_tokens = r.params["stop"], r.params["max_tokens"]
         assert c.tokens_in == len(build_engine(spec).prompt_tokens(r.prompt or ""))

@@ -199,17 +199,22 @@ def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
     # The shape of a longer run: dpo and rl (with a reward model) stages, an ablation, evaluation after every stage.
     longer = validate_config({**FLYWHEEL, "rounds": [
         {"stages": [{"kind": "sft", "slice": "D0"}]},
-        {"stages": [{"kind": "dpo", "slice": "D1"}, {"kind": "rl", "slice": "D1"}]}],
+        {"stages": [{"kind": "dpo", "slice": "D1", "sweep": {"b0.1": {"beta": 0.1}}}, {"kind": "rl", "slice": "D1"}]}],
         "harvest": {"baselines": ["random"], "replay": True}, "evaluate": "stages",
         "training": {**FLYWHEEL["training"], "rl": {"reward": "model"}}}, FlywheelConfig, "test")
     plan = plan_flywheel(longer, None)
     stages = list(dict.fromkeys(x.stage for x in plan.lines))
     assert stages == ["r0.0-sft (D0)", "r0.0-sft-random (D0)", "evaluate after r0.0-sft", "r1.0-dpo (D1)",
-                      "r1.0-dpo-random (D1)", "evaluate after r1.0-dpo", "r1.1-rl (D1)", "evaluate after r1.1-rl"]
+                      "r1.0-dpo-random (D1)", "r1.0-dpo-b0.1 (D1)", "evaluate after r1.0-dpo", "r1.1-rl (D1)",
+                      "evaluate after r1.1-rl"]
     trains = [(x.stage, x.model) for x in plan.lines if x.step == "train"]
     assert trains == [("r0.0-sft (D0)", "student-r0-sft"), ("r0.0-sft-random (D0)", "student-r0-sft-random"),
                       ("r1.0-dpo (D1)", "student-r1-dpo"), ("r1.0-dpo-random (D1)", "student-r1-dpo-random"),
+                      ("r1.0-dpo-b0.1 (D1)", "student-r1-dpo-b0.1"),  # the sweep's variant: trained, not battled
                       ("r1.1-rl (D1)", "student-r1-rl (reward model)"), ("r1.1-rl (D1)", "student-r1-rl")]
+    assert [x.model for x in plan.lines if x.stage == "evaluate after r1.0-dpo" and x.step == "answer"] == [
+        "student-r1-dpo", "student-r1-dpo-random", "student-r1-dpo-b0.1"]
+    assert not [x for x in plan.lines if x.stage == "r1.0-dpo-b0.1 (D1)" and x.step != "train"]
     by = {(x.stage, x.step, x.model): x for x in plan.lines}
     # D1 is answered once by the dpo stage's model; the rl stage's battles on it need only the new model's answers
     assert by[("r1.0-dpo (D1)", "answer", "student-r0-sft")].calls == 5

@@ -132,7 +132,9 @@ class StageRecord(Compared):
     kind: Literal["sft", "dpo", "rl"]
     slice: str = ""
     selection: str = "pair_judge"
-    ablation: str | None = Field(None, description="the selection baseline this variant trains on")
+    ablation: str | None = Field(None, description="the selection baseline this variant trains on, or its sweep "
+                                 "variant's name")
+    sweep: dict[str, Any] | None = Field(None, description="a sweep variant: its changes to training.KIND")
     model: str = Field("", description="the name of the model the stage makes")
     fingerprint: str = Field("", description="hash of the stage's inputs: a change redoes the stage")
     status: Literal["started", "done", "skipped"] = "started"
@@ -152,7 +154,8 @@ class StageRecord(Compared):
         """Return the stage as a row of ``arena flywheel --json`` (``stages`` and ``ablations``)."""
         tr = self.train
         return {"key": self.key, "round": self.round, "kind": self.kind, "slice": self.slice,
-                "selection": self.selection, "model": self.model, "status": self.status, "examples": self.examples,
+                "selection": self.selection, **({"sweep": self.sweep} if self.sweep is not None else {}),
+                "model": self.model, "status": self.status, "examples": self.examples,
                 "trained_on": self.examples if self.trained_on is None else self.trained_on,
                 "by_model": self.by_model, "train_loss": self.train_loss, "steps": tr.steps if tr else None,
                 "s_per_step": tr.s_per_step if tr else None, "seconds": self.seconds.spent(),

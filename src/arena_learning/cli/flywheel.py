@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -101,6 +101,7 @@ def print_report(report: FlywheelReport) -> None:
         wide.print(escape(report.judges), highlight=False)
     rows = [*report.stages, *report.ablations]
     show_sel = any(s.selection != "pair_judge" for s in rows)
+    show_sweep = any(s.sweep for s in rows)
     t = Table(title="stages (data: harvested / trained on; times: answering and judging the slice, training)",
               title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     # The model of stage rR.I-KIND is TARGET-rR-KIND (the round table's names); ablations add -SELECTION.
@@ -115,6 +116,15 @@ def print_report(report: FlywheelReport) -> None:
                   str(steps or "-"), _fmt(s.train.s_per_step if s.train is not None else None, 2),
                   _fmt(s.train_loss, 3), _fmt(s.seconds.answer_battle), _fmt(s.seconds.train))
     wide.print(t)
+    if show_sweep:
+        t = Table(title="sweep variants (each from its stage's start, on its stage's data, with these settings "
+                  "changed)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+        t.add_column("stage", no_wrap=True)
+        t.add_column("settings")
+        for s in rows:
+            if s.sweep:
+                t.add_row(s.key, escape(" ".join(f"{k}={_setting(v)}" for k, v in s.sweep.items())))
+        wide.print(t)
     print_slices(report)
     t = Table(title="references", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("model", "rating", "95% CI"):
@@ -133,6 +143,15 @@ def print_report(report: FlywheelReport) -> None:
         for s in report.stages:
             t.add_row(s.key, *[str(s.by_model.get(m, 0)) for m in models])
         wide.print(t)
+
+
+def _setting(value: Any) -> str:
+    """Return a sweep variant's setting compactly (lists joined by '+', no spaces)."""
+    if isinstance(value, list):
+        return "+".join(_setting(v) for v in value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}={_setting(v)}" for k, v in value.items()) + "}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def print_slices(report: FlywheelReport) -> None:

@@ -132,6 +132,14 @@ class Batcher:
         self.steps = 0  # decode calls made
         self.evaluated = 0  # tokens decoded (prompt tokens evaluated once for a shared prefix)
         self.peak = 0  # the most sequences decoded in one step
+        # Decode steps (every sequence of the step adds one generated token) apart from prefill steps (some
+        # evaluate prompt tokens): the decode-only rate is decode_tokens / decode_s, each step timed whole.
+        self.decode_steps = 0
+        self.decode_tokens = 0
+        self.decode_s = 0.0
+        self.prefill_steps = 0
+        self.prefill_tokens = 0  # prompt tokens evaluated (a shared prefix once)
+        self.prefill_s = 0.0
 
     # ---- the caller's side -------------------------------------------------------------------
 
@@ -239,6 +247,7 @@ class Batcher:
         active = [s for s in self.slots if s.job is not None and s.pending]
         if not active:
             return
+        t0 = time.perf_counter()
         batch = self.batch
         n = 0
         taken: list[tuple[_Slot, int, int]] = []  # slot, tokens taken, batch index of its logits (-1: none)
@@ -261,6 +270,8 @@ class Batcher:
             taken.append((s, take, last))
             n += take
         batch.n_tokens = n
+        # a slot that has picked a token evaluates its last output now; one that has not, its prompt
+        generating = {s.seq: s.job is not None and bool(s.job.picked) for s, _, _ in taken}
         rc = lc.llama_decode(self.ctx, batch)
         self.steps += 1
         self.evaluated += n
@@ -275,6 +286,15 @@ class Batcher:
                 continue
             logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, last), shape=(self.n_vocab,))
             self._accept(s, int(np.argmax(logits)))
+        prompt = sum(take for s, take, _ in taken if not generating[s.seq])
+        if prompt:
+            self.prefill_steps += 1
+            self.prefill_tokens += prompt
+            self.prefill_s += time.perf_counter() - t0
+        else:
+            self.decode_steps += 1
+            self.decode_tokens += n
+            self.decode_s += time.perf_counter() - t0
 
     def _accept(self, s: _Slot, token: int) -> None:
         """Add ``token`` to the slot's output, or finish it: ``Llama._create_completion``'s rules."""

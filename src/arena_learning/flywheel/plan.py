@@ -120,6 +120,15 @@ class _Walk:
                         self.train(f"{stage_key(r, i, st.kind, b)} ({st.slice})", st.kind, v.name, rows, st.slice,
                                    stage_folder(root, r, i, st.kind, b) if root is not None else None)
                         variants.append(v)
+                for name in st.sweep:  # the same data and start, other settings
+                    v = self.stage_model(f"{new.name}-{name}", root, r, i, st.kind, name)
+                    vfolder = stage_folder(root, r, i, st.kind, name) if root is not None else None
+                    vlabel = f"{stage_key(r, i, st.kind, name)} ({st.slice})"
+                    if st.kind == "rl" and cfg.training.rl.reward == "model":
+                        self.train(vlabel, "rm", f"{v.name} (reward model)", rows, st.slice,
+                                   vfolder / "rm" if vfolder is not None else None)
+                    self.train(vlabel, st.kind, v.name, len(prompts) if st.kind == "rl" else rows, st.slice, vfolder)
+                    variants.append(v)
                 if need_pairs:
                     harvested[data_kind] = harvested.get(data_kind, 0) + len(prompts)
                 current = new

@@ -15,6 +15,7 @@ as ``test``, and the ledger)::
     flywheel/round-R/I-KIND/               one stage: harvested data (sft.jsonl, dpo.jsonl, rm.jsonl),
                                            model/ (the trained model), losses.json, work/ (checkpoints)
     flywheel/round-R/I-KIND-BASELINE/      an ablation variant of the stage (--baselines)
+    flywheel/round-R/I-KIND-NAME/          a sweep variant of the stage (its ``sweep``: other settings)
 
 Resume: a stage whose model is saved is never redone (unless its inputs in the config changed: a
 stage's fingerprint covers its spec, slice, settings, the models and the stage before it); a stage
@@ -369,10 +370,13 @@ class Flywheel:
         self._gguf_at[spec.model] = gguf
 
     # ---- stages ------------------------------------------------------------------------------
-    def _fingerprint(self, r: int, i: int, stage: StageSpec, before: str, variant: str | None) -> str:
-        kind_settings = getattr(self.cfg.training, stage.kind).model_dump(mode="json")
+    def _fingerprint(self, r: int, i: int, stage: StageSpec, before: str, variant: str | None,
+                     swept: bool = False) -> str:
+        changes = stage.sweep.get(variant) if swept and variant else None
+        kind_settings = self.cfg.training.settings(stage.kind, changes).model_dump(mode="json")
         extra = self.cfg.training.rm.model_dump(mode="json") if stage.kind == "rl" else None
-        blob = json.dumps({"stage": stage.model_dump(mode="json"), "variant": variant,
+        # the sweep's other variants are not this stage's inputs: adding one redoes nothing
+        blob = json.dumps({"stage": stage.model_dump(mode="json", exclude={"sweep"}), "variant": variant,
                            "slice": self.cfg.pool[stage.slice].model_dump(mode="json"), "settings": kind_settings,
                            "rm": extra,
                            "harvest": self.cfg.harvest.model_dump(mode="json",
@@ -397,13 +401,15 @@ class Flywheel:
         return f"{self.cfg.target.name}-{tag}"
 
     def run_stage(self, r: int, i: int, rnd: RoundSpec, stage: StageSpec, current: ModelSpec, before: str,
-                  variant: str | None = None, size: int | None = None) -> tuple[ModelSpec, StageRecord]:
-        """Run one stage (or its ablation ``variant``) from ``current``: harvest, then train; return the new model."""
+                  variant: str | None = None, size: int | None = None,
+                  swept: bool = False) -> tuple[ModelSpec, StageRecord]:
+        """Run one stage (or its ablation ``variant``: a selection baseline, or with ``swept`` the stage's sweep
+        variant of that name) from ``current``: harvest, then train; return the new model."""
         name = self._stage_name(rnd, r, i, stage) + (f"-{variant}" if variant else "")
         folder = stage_folder(self.root, r, i, stage.kind, variant)
         key = stage_key(r, i, stage.kind, variant)
         self.started_from[key] = current.name
-        fp = self._fingerprint(r, i, stage, before, variant)
+        fp = self._fingerprint(r, i, stage, before, variant, swept)
         rec = self.state.stages.get(key)
         if rec is not None and rec.fingerprint != fp:
             self.say(f"[flywheel] {key}: its inputs changed since the last run; redoing it")
@@ -411,7 +417,9 @@ class Flywheel:
             rec = None
         if rec is None:
             rec = StageRecord(key=key, round=r, stage=i, kind=stage.kind, slice=stage.slice,
-                              selection=variant or stage.selection, ablation=variant, model=name, fingerprint=fp)
+                              selection=stage.selection if swept else variant or stage.selection, ablation=variant,
+                              sweep=stage.sweep.get(variant) if swept and variant else None, model=name,
+                              fingerprint=fp)
             self.state.stages[key] = rec
         out_spec = self.cfg.target.model_copy(update={"name": name, "model": str(folder / training.MODEL_DIR)})
         self.serve_from(out_spec, folder / SERVED_GGUF)
@@ -423,19 +431,26 @@ class Flywheel:
         folder.mkdir(parents=True, exist_ok=True)
         self.worked = True
         self.say(f"[flywheel] round {r} stage {i}: {stage.kind} on slice {stage.slice} from {current.name}"
-                 + (f" (ablation: {variant})" if variant else ""))
-        items = self.harvest_step(rec, stage, current, folder, size)
+                 + (f" (sweep {variant}: {rec.sweep})" if rec.sweep is not None else
+                    f" (ablation: {variant})" if variant else ""))
+        items = self.harvest_step(rec, stage, current, folder, size,
+                                  stage_folder(self.root, r, i, stage.kind) if rec.sweep is not None else None)
         return self.train_step(rec, stage, current, out_spec, folder, items)
 
     def harvest_step(self, rec: StageRecord, stage: StageSpec, current: ModelSpec, folder: Path,
-                     size: int | None) -> list[Any]:
-        """Return the stage's training data: its harvest (made now from the slice's battles, or read back), replay."""
+                     size: int | None, data_from: Path | None = None) -> list[Any]:
+        """Return the stage's training data: its harvest (made now from the slice's battles, or read back), replay.
+        ``data_from``: a sweep variant's, the main stage's folder, whose harvest it trains on."""
         h = self.cfg.harvest
         data_file = folder / DATA_FILE[stage.kind]
         need_pairs = stage.kind != "rl" or self.cfg.training.rl.reward == "model"
         items: list[Any] = []
         if need_pairs:
-            if rec.harvested and data_file.is_file():
+            if data_from is not None:
+                main = data_from / DATA_FILE[stage.kind]
+                items = read_items(main) if main.is_file() else []
+                rec.harvested, rec.by_model = True, per_model_counts(items)
+            elif rec.harvested and data_file.is_file():
                 items = read_items(data_file)
             else:
                 items = self._harvest(rec, stage, current, data_file, size)
@@ -493,7 +508,7 @@ class Flywheel:
         s = self.cfg.training
         try:
             if stage.kind in ("sft", "dpo"):
-                res = self.train_one(stage.kind, current.model, folder, items=items)
+                res = self.train_one(stage.kind, current.model, folder, items=items, changes=rec.sweep)
             else:
                 reward_model = None
                 if s.rl.reward == "model":
@@ -501,7 +516,7 @@ class Flywheel:
                     rec.rm = rm.summary()
                     reward_model = rm.model_dir
                 res = self.train_one("rl", current.model, folder, prompts=self._slices[stage.slice],
-                                     reward_model=reward_model)
+                                     reward_model=reward_model, changes=rec.sweep)
         except training.NoTrainingData as err:
             self.say(f"[flywheel] {rec.key}: {err}; the stage is skipped and the model stays {current.name}")
             rec.status = "skipped"
@@ -517,9 +532,11 @@ class Flywheel:
         return out_spec, rec
 
     def train_one(self, kind: Literal["sft", "dpo", "rm", "rl"], base: str, folder: Path, *, items: Sequence[Any] = (),
-                  prompts: Sequence[Prompt] = (), reward_model: Path | None = None) -> training.TrainResult:
-        """Train ``kind`` (sft, dpo, rm or rl) from ``base`` into ``folder``, in process or launched (``launch``)."""
-        settings = getattr(self.cfg.training, kind)
+                  prompts: Sequence[Prompt] = (), reward_model: Path | None = None,
+                  changes: dict[str, Any] | None = None) -> training.TrainResult:
+        """Train ``kind`` (sft, dpo, rm or rl) from ``base`` into ``folder``, in process or launched (``launch``),
+        with a sweep variant's ``changes`` to ``training.KIND``."""
+        settings: Any = self.cfg.training.settings(kind, changes)
         launch = self.cfg.training.launch
         spec = self.cfg.target
         if launch.launcher == "inprocess":
@@ -594,6 +611,11 @@ class Flywheel:
                         if vrec.status == "done":
                             self.rated.append(vspec)
                         stage_recs.append(vrec)
+                for v in stage.sweep if rec.status == "done" else ():  # same data, same start, other settings
+                    vspec, vrec = self.run_stage(r, i, rnd, stage, start_spec, rec.fingerprint, variant=v, swept=True)
+                    if vrec.status == "done":
+                        self.rated.append(vspec)
+                    stage_recs.append(vrec)
                 stage_recs.append(rec)
                 last = i == len(rnd.stages) - 1
                 if cfg.evaluate == "stages" or last:

@@ -9,10 +9,11 @@ higher learning rates, small batches, short sequences).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..config import (
     BattleConfig,
@@ -155,6 +156,7 @@ class RLSettings(TrainSettings):
 
 STAGE_KINDS = ("sft", "dpo", "rl")
 BASELINES = ("all", "random", "longest")
+SWEEP_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
 
 
 class SliceSpec(Section):
@@ -190,6 +192,20 @@ class StageSpec(Section):
     slice: str
     selection: Literal["pair_judge", "all", "random", "longest"] = Field(
         "pair_judge", description="sft/dpo: pair_judge (the paper) or a baseline (all, random, longest)")
+    # exclude_if: written only when set, so that stages without one keep their saved form and fingerprints
+    sweep: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, exclude_if=lambda v: not v, description="a settings search: each entry NAME: "
+        "{setting: value} is a variant of the stage that trains on the stage's own data (and replay) from the "
+        "same model with training.KIND's settings changed as given; each is rated in the same table "
+        "(TARGET-rR-KIND-NAME, key rR.I-KIND-NAME, among the ablations) and does not continue into later rounds")
+
+    @model_validator(mode="after")
+    def _sweep_names(self) -> StageSpec:
+        for name in self.sweep:
+            if not SWEEP_NAME.fullmatch(name) or name in BASELINES:
+                raise ValueError(f"sweep variant {name!r}: a name of lowercase letters, digits, '.', '_' and '-' "
+                                 f"that is not a baseline's ({', '.join(BASELINES)})")
+        return self
 
 
 class RoundSpec(Section):
@@ -282,6 +298,23 @@ class TrainingConfig(Section):
         "250 MB, a little faster, some answers differ) or f32 (exact, 1.1 GB)")
 
 
+    def settings(self, kind: str, changes: dict[str, Any] | None = None, where: str = "") -> TrainSettings:
+        """Return ``kind``'s settings (sft, dpo, rm, rl), with ``changes`` (a sweep variant's) applied and checked."""
+        base: TrainSettings = getattr(self, kind)
+        if not changes:
+            return base
+        unknown = sorted(set(changes) - set(type(base).model_fields))
+        if unknown:
+            raise ValueError(f"{where}: {', '.join(unknown)} not a setting of training.{kind} (it has "
+                             f"{', '.join(type(base).model_fields)})")
+        try:
+            return type(base).model_validate({**base.model_dump(), **changes})
+        except ValidationError as err:
+            why = "; ".join(f"{'.'.join(map(str, e['loc'])) or kind}: {e['msg']} (got {e['input']!r})"
+                            for e in err.errors())
+            raise ValueError(f"{where}: {why}") from None
+
+
 class FlywheelConfig(Section):
     """A flywheel run: the target, the references, the judge, the test set, the pool's slices and the rounds.
 
@@ -332,6 +365,8 @@ class FlywheelConfig(Section):
                 if st.slice not in self.pool:
                     raise ValueError(f"rounds.{r}: stage {st.kind} names slice {st.slice!r}, which is not in pool "
                                      f"({', '.join(self.pool)})")
+                for name in st.sweep:
+                    self.training.settings(st.kind, st.sweep[name], where=f"rounds.{r}: stage {st.kind}, sweep {name}")
                 if st.kind == "rl" and self.training.rl.reward == "verifier" and self.pool[st.slice].set is not None:
                     raise ValueError(f"rounds.{r}: an rl stage with reward 'verifier' needs task-suite prompts; slice "
                                      f"{st.slice!r} is a stored set (use reward: model)")
