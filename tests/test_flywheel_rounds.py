@@ -96,7 +96,7 @@ def test_a_stage_sweep_is_checked_when_the_config_loads_and_leaves_the_main_stag
         st_plain, st_swept = plain.rounds[1].stages[0], swept.rounds[1].stages[0]
         main = a._fingerprint(1, 0, st_plain, "x", None)
         assert b._fingerprint(1, 0, st_swept, "x", None) == main
-        v1, v2 = (b._fingerprint(1, 0, st_swept, "x", v, swept=True) for v in ("b0.2", "b0.5"))
+        v1, v2 = (b._fingerprint(1, 0, st_swept, "x", v) for v in ("b0.2", "b0.5"))
         assert len({main, v1, v2}) == 3
 
 

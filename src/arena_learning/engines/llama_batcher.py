@@ -270,8 +270,8 @@ class Batcher:
             taken.append((s, take, last))
             n += take
         batch.n_tokens = n
-        # a slot that has picked a token evaluates its last output now; one that has not, its prompt
-        generating = {s.seq: s.job is not None and bool(s.job.picked) for s, _, _ in taken}
+        # a slot that has picked no token yet evaluates prompt tokens (one that has, its last output)
+        prompt = sum(take for s, take, _ in taken if s.job is not None and not s.job.picked)
         rc = lc.llama_decode(self.ctx, batch)
         self.steps += 1
         self.evaluated += n
@@ -286,7 +286,6 @@ class Batcher:
                 continue
             logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, last), shape=(self.n_vocab,))
             self._accept(s, int(np.argmax(logits)))
-        prompt = sum(take for s, take, _ in taken if not generating[s.seq])
         if prompt:
             self.prefill_steps += 1
             self.prefill_tokens += prompt

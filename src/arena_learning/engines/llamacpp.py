@@ -198,14 +198,11 @@ class LlamaCppEngine(Engine):
         the steps that only decode (each sequence one generated token) apart from those evaluating prompt tokens,
         with their tokens and milliseconds (the decode-only rate: decode_tokens / decode_ms)."""
         key = (*_model_key(self.spec), self.spec.parallel)
-        batcher = _BATCHERS.get(key)
-        if batcher is None:
-            return {"size": self.spec.parallel, "steps": 0, "evaluated": 0, "peak": 0, "decode_steps": 0,
-                    "decode_tokens": 0, "decode_ms": 0, "prefill_steps": 0, "prefill_tokens": 0, "prefill_ms": 0}
-        b = batcher
-        return {"size": b.size, "steps": b.steps, "evaluated": b.evaluated, "peak": b.peak,
-                "decode_steps": b.decode_steps, "decode_tokens": b.decode_tokens, "decode_ms": round(b.decode_s * 1000),
-                "prefill_steps": b.prefill_steps, "prefill_tokens": b.prefill_tokens,
+        b = _BATCHERS.get(key)
+        counts = ("steps", "evaluated", "peak", "decode_steps", "decode_tokens", "prefill_steps", "prefill_tokens")
+        if b is None:
+            return {"size": self.spec.parallel, **dict.fromkeys(counts, 0), "decode_ms": 0, "prefill_ms": 0}
+        return {"size": b.size, **{c: getattr(b, c) for c in counts}, "decode_ms": round(b.decode_s * 1000),
                 "prefill_ms": round(b.prefill_s * 1000)}
 
     def _strips(self, request: Request) -> bool:

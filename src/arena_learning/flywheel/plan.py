@@ -123,11 +123,9 @@ class _Walk:
                 for name in st.sweep:  # the same data and start, other settings
                     v = self.stage_model(f"{new.name}-{name}", root, r, i, st.kind, name)
                     vfolder = stage_folder(root, r, i, st.kind, name) if root is not None else None
-                    vlabel = f"{stage_key(r, i, st.kind, name)} ({st.slice})"
-                    if st.kind == "rl" and cfg.training.rl.reward == "model":
-                        self.train(vlabel, "rm", f"{v.name} (reward model)", rows, st.slice,
-                                   vfolder / "rm" if vfolder is not None else None)
-                    self.train(vlabel, st.kind, v.name, len(prompts) if st.kind == "rl" else rows, st.slice, vfolder)
+                    # (an rl variant uses the main stage's reward model: no training of its own)
+                    self.train(f"{stage_key(r, i, st.kind, name)} ({st.slice})", st.kind, v.name,
+                               len(prompts) if st.kind == "rl" else rows, st.slice, vfolder)
                     variants.append(v)
                 if need_pairs:
                     harvested[data_kind] = harvested.get(data_kind, 0) + len(prompts)

@@ -370,9 +370,8 @@ class Flywheel:
         self._gguf_at[spec.model] = gguf
 
     # ---- stages ------------------------------------------------------------------------------
-    def _fingerprint(self, r: int, i: int, stage: StageSpec, before: str, variant: str | None,
-                     swept: bool = False) -> str:
-        changes = stage.sweep.get(variant) if swept and variant else None
+    def _fingerprint(self, r: int, i: int, stage: StageSpec, before: str, variant: str | None) -> str:
+        changes = stage.sweep.get(variant) if variant else None  # a sweep variant's (names are not baselines')
         kind_settings = self.cfg.training.settings(stage.kind, changes).model_dump(mode="json")
         extra = self.cfg.training.rm.model_dump(mode="json") if stage.kind == "rl" else None
         # the sweep's other variants are not this stage's inputs: adding one redoes nothing
@@ -401,15 +400,15 @@ class Flywheel:
         return f"{self.cfg.target.name}-{tag}"
 
     def run_stage(self, r: int, i: int, rnd: RoundSpec, stage: StageSpec, current: ModelSpec, before: str,
-                  variant: str | None = None, size: int | None = None,
-                  swept: bool = False) -> tuple[ModelSpec, StageRecord]:
-        """Run one stage (or its ablation ``variant``: a selection baseline, or with ``swept`` the stage's sweep
-        variant of that name) from ``current``: harvest, then train; return the new model."""
+                  variant: str | None = None, size: int | None = None) -> tuple[ModelSpec, StageRecord]:
+        """Run one stage (or its ablation ``variant``: a selection baseline, or a variant of the stage's sweep)
+        from ``current``: harvest, then train; return the new model."""
         name = self._stage_name(rnd, r, i, stage) + (f"-{variant}" if variant else "")
         folder = stage_folder(self.root, r, i, stage.kind, variant)
         key = stage_key(r, i, stage.kind, variant)
         self.started_from[key] = current.name
-        fp = self._fingerprint(r, i, stage, before, variant, swept)
+        changes = stage.sweep.get(variant) if variant else None
+        fp = self._fingerprint(r, i, stage, before, variant)
         rec = self.state.stages.get(key)
         if rec is not None and rec.fingerprint != fp:
             self.say(f"[flywheel] {key}: its inputs changed since the last run; redoing it")
@@ -417,9 +416,8 @@ class Flywheel:
             rec = None
         if rec is None:
             rec = StageRecord(key=key, round=r, stage=i, kind=stage.kind, slice=stage.slice,
-                              selection=stage.selection if swept else variant or stage.selection, ablation=variant,
-                              sweep=stage.sweep.get(variant) if swept and variant else None, model=name,
-                              fingerprint=fp)
+                              selection=stage.selection if changes is not None else variant or stage.selection,
+                              ablation=variant, sweep=changes, model=name, fingerprint=fp)
             self.state.stages[key] = rec
         out_spec = self.cfg.target.model_copy(update={"name": name, "model": str(folder / training.MODEL_DIR)})
         self.serve_from(out_spec, folder / SERVED_GGUF)
@@ -512,7 +510,9 @@ class Flywheel:
             else:
                 reward_model = None
                 if s.rl.reward == "model":
-                    rm = self.train_one("rm", current.model, folder / "rm", items=items)
+                    # a sweep variant changes the RL settings only: the main stage's reward model serves it too
+                    home = stage_folder(self.root, rec.round, rec.stage, "rl") if rec.sweep is not None else folder
+                    rm = self.train_one("rm", current.model, home / "rm", items=items)
                     rec.rm = rm.summary()
                     reward_model = rm.model_dir
                 res = self.train_one("rl", current.model, folder, prompts=self._slices[stage.slice],
@@ -612,7 +612,7 @@ class Flywheel:
                             self.rated.append(vspec)
                         stage_recs.append(vrec)
                 for v in stage.sweep if rec.status == "done" else ():  # same data, same start, other settings
-                    vspec, vrec = self.run_stage(r, i, rnd, stage, start_spec, rec.fingerprint, variant=v, swept=True)
+                    vspec, vrec = self.run_stage(r, i, rnd, stage, start_spec, rec.fingerprint, variant=v)
                     if vrec.status == "done":
                         self.rated.append(vspec)
                     stage_recs.append(vrec)

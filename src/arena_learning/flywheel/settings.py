@@ -297,7 +297,6 @@ class TrainingConfig(Section):
         "(answers as transformers float32 does, 540 MB), q4_k_m (llama.cpp's quantizer, the bundled file's type, "
         "250 MB, a little faster, some answers differ) or f32 (exact, 1.1 GB)")
 
-
     def settings(self, kind: str, changes: dict[str, Any] | None = None, where: str = "") -> TrainSettings:
         """Return ``kind``'s settings (sft, dpo, rm, rl), with ``changes`` (a sweep variant's) applied and checked."""
         base: TrainSettings = getattr(self, kind)
