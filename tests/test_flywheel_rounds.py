@@ -16,7 +16,7 @@ import yaml
 
 from arena_learning.config import validate_config
 from arena_learning.errors import ConfigError
-from arena_learning.flywheel.rounds import task_slice
+from arena_learning.flywheel.rounds import slice_prompts, task_slice
 from arena_learning.flywheel.settings import FlywheelConfig, SliceSpec
 from arena_learning.flywheel_state import load_state, state_path
 from arena_learning.tasks import generate_tasks
@@ -117,6 +117,27 @@ def test_the_search_example_is_the_world_example_with_a_dpo_and_an_rl_sweep_afte
     for stage in (dpo, rl):
         for name, changes in stage.sweep.items():
             assert search.training.settings(stage.kind, changes) != getattr(search.training, stage.kind), name
+
+
+def test_the_quickstart_is_five_sft_rounds_in_the_world_with_few_shot_samples_and_right_answers_only():
+    from arena_learning.config import load_config_file
+    from arena_learning.flywheel.plan import plan_flywheel
+
+    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "flywheel.yaml", FlywheelConfig)
+    assert cfg.tasks.suite == 2 and [s.kind for r in cfg.rounds for s in r.stages] == ["sft"] * 5
+    assert cfg.harvest.sft_min_score == 10 and cfg.harvest.replay and cfg.harvest.balance
+    assert cfg.training.sft.start == "base"
+    (ref,) = cfg.references
+    samples = cfg.harvest.samples.variants(cfg.target)
+    # three samples are the student shown the reference's twelve examples, one is zero-shot
+    assert [m.prompt_format.few_shot == ref.prompt_format.few_shot for m in samples] == [True, True, True, False]
+    slices = slice_prompts(cfg, [], None)
+    assert [len(v[0]) for v in slices.values()] == [120, 200, 200, 200, 200]
+    shown = {q for q, _ in ref.prompt_format.few_shot}
+    assert not shown & {p.turns[0] for v in slices.values() for p in v[0]}
+    plan = plan_flywheel(cfg, None)
+    sampled = [x for x in plan.lines if x.step == "answer" and "-sample" in x.model]
+    assert sum(x.calls for x in sampled) == 4 * (120 + 4 * 200)  # arena plan counts every sample
 
 
 def test_the_rating_judge_is_eval_judge_or_the_harvesting_judge_and_the_table_says_which():
@@ -389,7 +410,9 @@ def test_a_sweep_trains_variants_beside_a_finished_stage_from_the_same_model_on_
     k = killed_and_resumed
     data = json.loads(json.dumps(CONFIG))
     data["training"]["sft"]["max_steps"] = 6  # the first runs' --set: the main stages' inputs unchanged
-    data["rounds"][1]["stages"][0]["sweep"] = {"lr1e-3": {"learning_rate": 1e-3, "max_steps": 1}}
+    # "base": ReST-EM's start, the untrained target at a learning rate that leaves it as it was
+    data["rounds"][1]["stages"][0]["sweep"] = {"lr1e-3": {"learning_rate": 1e-3, "max_steps": 1},
+                                               "base": {"start": "base", "learning_rate": 1e-12, "max_steps": 1}}
     cfg_path = k["tmp"] / "sweep.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
     res = subprocess.run([*ARENA, "flywheel", str(cfg_path), "-w", str(k["ws"]), "--json"], capture_output=True,
@@ -403,6 +426,19 @@ def test_a_sweep_trains_variants_beside_a_finished_stage_from_the_same_model_on_
     assert var.selection == main.selection == "all" and var.ablation == "lr1e-3"
     assert var.trained_on == main.trained_on == 15 and var.examples == main.examples  # the main stage's data
     assert (k["ws"] / "flywheel" / "round-1" / "0-sft-lr1e-3" / "model").is_dir()
+    assert "r1.0-sft-base: training the untrained target (bundled) on 15 examples" in res.stderr
+    # from the base, not from round 0's model: its weights are the untrained target's, round 0's are not
+    from safetensors.numpy import load_file
+
+    from arena_learning.engines.transformers_engine import resolve_hf_folder
+
+    def weights(folder: Path) -> dict:
+        return load_file(str(next(folder.glob("*.safetensors"))))
+
+    base, r0 = weights(resolve_hf_folder("bundled")), weights(k["ws"] / "flywheel" / "round-0" / "0-sft" / "model")
+    var_w = weights(k["ws"] / "flywheel" / "round-1" / "0-sft-base" / "model")
+    name = next(n for n in r0 if "q_proj" in n and abs(r0[n] - base[n]).max() > 0)
+    assert abs(var_w[name] - base[name]).max() < abs(r0[name] - base[name]).max() / 100
     out = json.loads(res.stdout)
     row = {a["key"]: a for a in out["ablations"]}["r1.0-sft-lr1e-3"]
     assert row["sweep"] == {"learning_rate": 0.001, "max_steps": 1} and row["model"] == "student-r1-sft-lr1e-3"

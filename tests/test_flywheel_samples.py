@@ -15,7 +15,7 @@ from arena_learning.flywheel.harvest import (
     per_model_counts,
     shortcut_key,
 )
-from arena_learning.flywheel.settings import HarvestConfig, SampleSettings
+from arena_learning.flywheel.settings import HarvestConfig, SampleSettings, SFTSettings
 from arena_learning.records import Answer, Battle
 from arena_learning.tasks import generate_tasks
 
@@ -35,13 +35,54 @@ def test_samples_are_seeded_variants_of_the_model_that_battles():
     assert spec.params.temperature == 0.0            # the target itself is untouched
 
 
+def test_the_first_shots_samples_see_the_few_shot_examples():
+    spec = ModelSpec(name="student", engine="transformers", model="bundled", mode="completion",
+                     params={"max_tokens": 8, "temperature": 0.0})
+    shots = [("What is 1 + 2?", "3"), ("Spell 'ab' backwards.", "ba")]
+    out = SampleSettings(k=4, temperature=0.8, few_shot=shots, shots=2).variants(spec)
+    assert [len(m.prompt_format.few_shot) for m in out] == [2, 2, 0, 0]
+    assert [m.params.seed for m in out] == [0, 1, 2, 3]
+    assert all(len(m.prompt_format.few_shot) == 2 for m in SampleSettings(k=3, few_shot=shots).variants(spec))
+    assert spec.prompt_format.few_shot == []                  # the target itself is untouched
+    with pytest.raises(ValueError, match="needs few_shot"):
+        SampleSettings(k=2, shots=1)
+    with pytest.raises(ValueError, match="more than k"):
+        SampleSettings(k=2, few_shot=shots, shots=3)
+    # unset, the new fields stay out of the dump (and so of old workspaces' fingerprints)
+    assert set(SampleSettings(k=2).model_dump()) == {"k", "temperature", "seed"}
+
+
+def test_the_samples_few_shot_questions_stay_out_of_every_slice():
+    from arena_learning.flywheel.rounds import slice_prompts
+    from arena_learning.flywheel.settings import FlywheelConfig
+
+    taken = generate_tasks(6, seed=102 * 1000, categories=["arithmetic"], suite=2)  # what D1 would hold
+    cfg = FlywheelConfig.model_validate({
+        "tasks": {"n": 12, "seed": 0, "suite": 2},
+        "target": {"name": "student", "engine": "transformers", "model": "bundled"},
+        "references": [{"name": "ref", "engine": "llamacpp", "model": "bundled"}],
+        "pool": {"D1": {"n": 6, "seed": 102, "categories": ["arithmetic"]}},
+        "rounds": [{"stages": [{"kind": "sft", "slice": "D1"}]}],
+        "harvest": {"samples": {"k": 2, "few_shot": [[taken[0].turns[0], taken[0].reference[0]]]}}})
+    got = slice_prompts(cfg, [], None)["D1"][0]
+    assert taken[0].turns[0] not in {p.turns[0] for p in got}
+    assert len(got) == 6
+    plain = cfg.model_copy(update={"harvest": HarvestConfig(samples={"k": 2})})
+    assert taken[0].turns[0] in {p.turns[0] for p in slice_prompts(plain, [], None)["D1"][0]}  # the control
+
+
 def test_new_harvest_options_leave_old_fingerprints_alone():
     # a workspace made before these options existed must not redo its stages
     h = HarvestConfig()
     assert set(h.model_dump(exclude=h.fingerprint_exclude())) == {"sft_threshold", "k", "rm_k", "rip", "replay",
                                                                   "seed"}
-    on = HarvestConfig(samples={"k": 2}, balance=True)
-    assert {"samples", "balance"} <= set(on.model_dump(exclude=on.fingerprint_exclude()))
+    on = HarvestConfig(samples={"k": 2}, balance=True, sft_min_score=10)
+    assert {"samples", "balance", "sft_min_score"} <= set(on.model_dump(exclude=on.fingerprint_exclude()))
+    # nor does training.sft.start while it is the default (the stage fingerprint dumps the settings)
+    assert "start" not in SFTSettings().model_dump(mode="json")
+    assert SFTSettings(start="base").model_dump(mode="json")["start"] == "base"
+    with pytest.raises(ValueError):
+        SFTSettings(start="scratch")
 
 
 def test_sft_can_take_the_targets_own_winning_sample():
@@ -56,6 +97,21 @@ def test_sft_can_take_the_targets_own_winning_sample():
                                                                             "student-sample1"])
     assert [(it.source_model, it.messages[-1]["content"]) for it in got] == [("student-sample0", p.reference[0])]
     assert per_model_counts(got) == {"student-sample0": 1}
+
+
+def test_a_win_on_partial_credit_supplies_no_example_under_a_min_score():
+    # the verifier gives 3 to a sum within 10% and 5 to a word right but for its case: such an answer beats
+    # a target that scored 0, but training on it teaches a wrong answer
+    p, q = generate_tasks(2, suite=2, categories=["arithmetic"])
+    wrong = str(int(p.reference[0]) + 1)
+    answers = [Answer(prompt_id=x.id, model=m, turns=[t]) for x in (p, q) for m, t in
+               [("student", "0"), ("ref", wrong if x is p else x.reference[0])]]
+    battles = [Battle(prompt_id=x.id, model_a="student", model_b="ref", outcome="model_b", score_a=0, score_b=s,
+                      score_gap=s, judge="verifier") for x, s in [(p, 3.0), (q, 10.0)]]
+    loose = harvest_sft([p, q], answers, battles, target="student", references=["ref"])
+    assert [it.prompt_id for it in loose] == [p.id, q.id]
+    strict = harvest_sft([p, q], answers, battles, target="student", references=["ref"], min_score=10)
+    assert [(it.prompt_id, it.messages[-1]["content"]) for it in strict] == [(q.id, q.reference[0])]
 
 
 def test_balance_cuts_a_positional_majority_to_the_minority():

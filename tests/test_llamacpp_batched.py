@@ -174,6 +174,46 @@ def test_a_seeded_sample_repeats_whatever_is_decoded_beside_it():
     assert asyncio.run(go())[3].text == alone
 
 
+def test_batched_seeded_samples_repeat_draw_from_the_chain_and_are_keyed_apart():
+    # A sample drawn beside other sequences reads logits from the batched kernels, which round differently
+    # from the one-row kernel (see the test above): where that moves a draw is the CPU's. What holds
+    # everywhere: a sample repeats with its seed, seeds differ, and every token drawn lies inside the
+    # chain's support on the one-row logits of the same prefix (min-p 0.05: at most log 20 nats below the
+    # best, plus the near-tie rounding); read after another prompt (a mixed-up batch) they fall outside.
+    spec = ModelSpec(name="s", engine="llamacpp", mode="completion", n_threads=1, parallel=8,
+                     params={"max_tokens": 8, "temperature": 1.0, "stop": ["\n"]})
+    engine = build_engine(spec)
+    assert isinstance(engine, LlamaCppEngine)
+    questions = [r.messages[0]["content"] for r in quickstart_sample(18)[1]]
+    samples = [Request(prompt=f"Question: {q}\nAnswer:", params={"seed": i % 3}) for i, q in enumerate(questions)]
+    greedy = [Request(prompt=f"Question: {q}\nAnswer:", params={"temperature": 0.0}) for q in questions[:6]]
+    assert all(engine.batched(r) for r in [*samples, *greedy])
+    assert engine.key_params(samples[0])["sampler"] == "batched-v1"      # another sampler than Llama's:
+    sequential = LlamaCppEngine(spec.model_copy(update={"parallel": 1}))
+    assert "sampler" not in sequential.key_params(samples[0])            # its calls are keyed apart
+    assert "sampler" not in engine.key_params(greedy[0])
+    jobs = [engine._job(r) for r in [*samples, *greedy]]
+    batcher = load_batcher(engine.spec)
+
+    async def go(jobs):
+        return [c.text for c in await asyncio.gather(*(asyncio.wrap_future(batcher.submit(j)) for j in jobs))]
+
+    asyncio.run(go(jobs))
+    assert batcher.peak >= 6
+    support = float(np.log(20.0)) + NEAR_TIE
+    drawn = jobs[:len(samples)]
+    worst = [max(one_row_gaps(engine, j.tokens, j.picked)) for j in drawn]
+    assert max(worst) <= support, worst
+    mixed = [max(one_row_gaps(engine, drawn[(i + 1) % len(drawn)].tokens, j.picked)) for i, j in enumerate(drawn)]
+    assert sum(g > support for g in mixed) >= len(drawn) // 3, mixed  # 8 of 18 here
+    again = [engine._job(samples[0]), engine._job(samples[0].model_copy(update={"params": {"seed": 7}}))]
+    first = asyncio.run(go([again[0]]))[0]
+    assert asyncio.run(go([engine._job(samples[0])]))[0] == first  # alone, the same seed draws the same
+    texts = [asyncio.run(go([engine._job(Request(prompt=samples[0].prompt, params={"seed": k}))]))[0]
+             for k in range(6)]
+    assert len(set(texts)) >= 2  # six seeds of one prompt: samples, not one greedy answer
+
+
 def test_a_prompt_longer_than_the_context_fails_without_retry_when_batched():
     engine = build_engine(ModelSpec(name="t", engine="llamacpp", mode="completion", n_ctx=64, n_threads=1,
                                   parallel=4))

@@ -317,6 +317,9 @@ def harvest_command(
     judge: Annotated[str | None, typer.Option(help="the judge whose battles to use (default: the only one)")] = None,
     selection: Annotated[str, typer.Option(help="pair_judge, or a baseline: all, random, longest")] = "pair_judge",
     threshold: Annotated[float, typer.Option(help="sft: the target lost by more than this score gap")] = 0.0,
+    min_score: Annotated[float | None, typer.Option(
+        "--min-score", help="sft: a winning answer supplies an example only if its judge score is at least this "
+        "(with the verifier, 10: exactly right)")] = None,
     k: Annotated[float, typer.Option("--k", help="dpo/rm: drop pairs whose score gap is at most K")] = 1.0,
     seed: Annotated[int, typer.Option(help="seed of the random baseline")] = 0,
     fmt: Annotated[str | None, typer.Option("--format", help="jsonl, parquet or hf (default: by --out)")] = None,
@@ -362,7 +365,8 @@ def harvest_command(
                              f"{', '.join(order)})")
         refs = chosen or [m for m in order if m != target]
         items: list[SFTItem] | list[PreferenceItem] = select_sft(
-            selection, prompts, answers, battles, target=target, references=refs, threshold=threshold, seed=seed,
+            selection, prompts, answers, battles, target=target, references=refs, threshold=threshold,
+            min_score=min_score, seed=seed,
             slice_name=set_name)
     else:
         items = select_pairs(selection, prompts, answers, battles, models=chosen or order, k=k, seed=seed,

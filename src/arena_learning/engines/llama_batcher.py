@@ -1,4 +1,4 @@
-"""Continuous batching for llama.cpp: many greedy completions decoded together in one context.
+"""Continuous batching for llama.cpp: many completions (greedy or seeded samples) decoded together in one context.
 
 Decoding one sequence reads every weight once per token; a step that decodes ``size`` sequences
 reads them once for all of them, so on a CPU that is bound by memory bandwidth a step of 16
@@ -19,8 +19,16 @@ Text, stops and token counts follow ``Llama.create_completion`` exactly (the sam
 multi-byte and ``max_tokens`` rules), so a batched answer is the sequential answer whenever the
 logits pick the same tokens. They are the same computation, but a matrix product over a batch of
 several tokens can round its last bits differently from one token's on some CPUs, which can flip
-a near-tie: the engine batches greedy requests only (``LlamaCppEngine``), and a seeded sample
-runs alone as before, so it repeats whatever else is asked.
+a near-tie.
+
+A seeded sample (temperature > 0) draws its tokens here with a sampler of its own, llama.cpp's
+default chain written out in numpy (top-k 40, top-p, min-p 0.05, temperature, then a draw), from a
+generator seeded by the request's seed and its prompt alone (so two prompts sampled with one seed
+draw independent streams, where llama.cpp's seeded sampler gives every prompt the same one): what
+else is in the batch never moves its random stream. Its logits come from the batched kernels as a
+greedy row's do, so a draw near a boundary between two tokens can still move with the batch. It
+follows the distribution of ``Llama.create_completion``'s sampler but not its draws (that one's
+generator is C++'s), so the engine keys these calls apart in the ledger.
 
 Every call runs on the engine's one worker thread (ggml's thread team, see ``llamacpp``).
 """
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -50,11 +59,12 @@ SHARE_MIN = 16
 
 @dataclass
 class Job:
-    """One greedy completion to decode: prompt tokens, stops and where the result goes."""
+    """One completion to decode: prompt tokens, stops, how tokens are picked and where the result goes."""
 
     tokens: list[int]
     max_tokens: int
     stops: list[bytes]
+    sampling: Sampling | None = None  # None: greedy (the logits' best)
     future: Future = field(default_factory=Future)
     on_text: Callable[[bytes], None] | None = None  # called on the worker with the output so far, as it grows
     start: float = field(default_factory=time.perf_counter)
@@ -63,6 +73,41 @@ class Job:
 
     def gone(self) -> bool:
         return self.abandoned or self.future.cancelled()
+
+
+@dataclass
+class Sampling:
+    """A seeded sample's settings: llama.cpp's default chain (``Llama.create_completion``'s top_k 40, min_p 0.05)."""
+
+    temperature: float
+    seed: int
+    top_p: float = 1.0
+    top_k: int = 40
+    min_p: float = 0.05
+    salt: int = 0  # the prompt's (``prompt_salt``): each prompt draws its own stream, not every prompt the same one
+    rng: np.random.Generator = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng([self.seed % 2**32, self.salt % 2**32])
+
+    def pick(self, logits: np.ndarray) -> int:
+        """Return the token drawn from ``logits``: top-k, top-p, min-p, temperature, then one draw (that order)."""
+        z = logits.astype(np.float64)
+        k = min(self.top_k, z.size) if self.top_k > 0 else z.size
+        top = np.argpartition(-z, k - 1)[:k]
+        top = top[np.lexsort((top, -z[top]))]  # best first; equal logits by token id, so the order never varies
+        zs = z[top]
+        p = np.exp(zs - zs[0])
+        p /= p.sum()
+        if self.top_p < 1.0:  # the fewest best tokens whose probability reaches top_p (at least one)
+            keep = int(np.searchsorted(np.cumsum(p), self.top_p)) + 1
+            zs, top = zs[:keep], top[:keep]
+        if self.min_p > 0.0:  # tokens at least min_p times as likely as the best
+            keep = int(np.count_nonzero(zs >= zs[0] + np.log(self.min_p)))
+            zs, top = zs[:max(1, keep)], top[:max(1, keep)]
+        w = np.exp((zs - zs[0]) / self.temperature)
+        cdf = np.cumsum(w / w.sum())
+        return int(top[min(int(np.searchsorted(cdf, self.rng.random(), side="right")), top.size - 1)])
 
 
 @dataclass
@@ -81,6 +126,11 @@ class _Slot:
         return len(self.cached) + len(self.pending) + max(0, left)
 
 
+def prompt_salt(tokens: list[int]) -> int:
+    """Return a sample's stream salt from its prompt tokens (CRC-32: the same prompt, the same salt, anywhere)."""
+    return zlib.crc32(np.asarray(tokens, dtype=np.int64).tobytes())
+
+
 def _lcp(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -90,7 +140,7 @@ def _lcp(a: list[int], b: list[int]) -> int:
 
 
 class Batcher:
-    """Decodes up to ``size`` greedy completions of one ``Llama`` together (continuous batching).
+    """Decodes up to ``size`` completions of one ``Llama`` together (continuous batching).
 
     ``submit`` queues a :class:`Job` and returns its future; the decode loop runs on ``worker`` while
     there is work, and ends when the queue and the slots are empty.
@@ -285,7 +335,8 @@ class Batcher:
             if last < 0:
                 continue
             logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, last), shape=(self.n_vocab,))
-            self._accept(s, int(np.argmax(logits)))
+            how = s.job.sampling if s.job is not None else None
+            self._accept(s, int(np.argmax(logits)) if how is None else how.pick(logits))
         if prompt:
             self.prefill_steps += 1
             self.prefill_tokens += prompt

@@ -2,10 +2,11 @@
 
 One ``Llama`` per (file, context size, threads, chat format) is shared by every
 ModelSpec that names it, so three prompt formats of the bundled model load it
-once. Greedy completion-mode requests are decoded ``parallel`` at a time in one
-context (``llama_batcher``: continuous batching, shared prefixes evaluated once);
-the rest (chat templates, JSON schemas, seeded samples) run one at a time through
-the ``Llama`` as before. Every llama.cpp call runs on one worker thread; the event
+once. Completion-mode requests, greedy or seeded samples, are decoded ``parallel``
+at a time in one context (``llama_batcher``: continuous batching, shared prefixes
+evaluated once; a sample draws with the batcher's own seeded sampler); the rest
+(chat templates, JSON schemas, unseeded samples) run one at a time through the
+``Llama`` as before. Every llama.cpp call runs on one worker thread; the event
 loop stays free for the ledger and progress bars.
 """
 
@@ -26,7 +27,7 @@ from .base import CallFailed, Completion, Engine, Request, RequestTooLarge, comp
 from .bundled import resolve_model_path
 from .control_tokens import neutralise_messages
 from .identity import content_identity
-from .llama_batcher import Batcher, Job, n_ctx_error
+from .llama_batcher import Batcher, Job, Sampling, n_ctx_error, prompt_salt
 from .llama_check import check_llama
 from .streaming import TextStream
 
@@ -138,15 +139,21 @@ class LlamaCppEngine(Engine):
         return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
 
     def batched(self, request: Request) -> bool:
-        """Whether ``request`` is decoded in the batched context: greedy, plain completion text, no schema.
-
-        A seeded sample runs alone (``complete_sync``): logits computed beside other sequences can
-        differ in the last bits, which would let what else was asked change the draw.
+        """Whether ``request`` is decoded in the batched context: plain completion text, no schema, greedy or a
+        seeded sample (drawn by the batcher's own sampler, whose generator only the request's seed moves).
         """
         params = {**self.default_params(), **request.params}
         chat = request.messages is not None and self.spec.mode == "chat"
         return (self.spec.parallel > 1 and not chat and params.get("json_schema") is None
-                and float(params["temperature"]) == 0.0)
+                and (float(params["temperature"]) == 0.0 or params.get("seed") is not None))
+
+    def key_params(self, request: Request) -> dict[str, Any]:
+        # A batched sample is drawn by another sampler than Llama's (the same distribution, other draws): its
+        # calls are keyed apart, so the ledger never hands one sampler's answer for the other's.
+        params = super().key_params(request)
+        if float(params["temperature"]) > 0.0 and self.batched(request):
+            params["sampler"] = "batched-v1"
+        return params
 
     async def complete(self, request: Request) -> Completion:
         if not self.batched(request):
@@ -229,7 +236,11 @@ class LlamaCppEngine(Engine):
         # create_completion's rule: no limit (or one past the window) means up to the window's end.
         if max_tokens is None or max_tokens <= 0 or max_tokens + len(tokens) >= n_ctx:
             max_tokens = n_ctx - len(tokens)
-        return Job(tokens=tokens, max_tokens=max_tokens, stops=[s.encode("utf-8") for s in stop or []])
+        temperature = float(params["temperature"])
+        sampling = (Sampling(temperature=temperature, seed=int(params["seed"]), top_p=float(params["top_p"]),
+                             salt=prompt_salt(tokens)) if temperature > 0.0 else None)
+        return Job(tokens=tokens, max_tokens=max_tokens, stops=[s.encode("utf-8") for s in stop or []],
+                   sampling=sampling)
 
     def _finish(self, request: Request, out: Completion) -> Completion:
         if self._strips(request):

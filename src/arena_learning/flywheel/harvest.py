@@ -141,6 +141,7 @@ def harvest_sft(
     target: str,
     references: Sequence[str],
     threshold: float = 0.0,
+    min_score: float | None = None,
     slice_name: str = "",
     round_index: int = 0,
 ) -> list[SFTItem]:
@@ -149,7 +150,9 @@ def harvest_sft(
     The target lost to a reference on a prompt when their battles there favour the reference (more
     wins; several games of one pair are pooled) and the reference's mean score is above the target's
     by more than ``threshold``. Among the references that beat the target, the highest-scored
-    answer is taken (ties: the first in ``references``).
+    answer is taken (ties: the first in ``references``). ``min_score``: a winner whose mean score is
+    below it supplies nothing (a verifier's 10: only exactly right answers; a win on partial credit,
+    a sum within 10% or a word right but for its case, would teach a wrong answer).
     """
     by_key = {(a.prompt_id, a.model): a for a in answers}
     refs = list(references)
@@ -178,6 +181,8 @@ def harvest_sft(
                 signed = [b.score_gap * (1 if r > 0 else -1 if r < 0 else 0) for b, (_, _, r) in zip(bs, sides)]
                 gap = _mean(signed) or 0.0
             if wins <= 0 or gap <= threshold:
+                continue
+            if min_score is not None and (ref_score is None or ref_score < min_score):
                 continue
             rank = (ref_score if ref_score is not None else gap, -order)
             if best is None or rank > (best[0], best[1]):
@@ -215,6 +220,7 @@ def select_sft(
     target: str,
     references: Sequence[str],
     threshold: float = 0.0,
+    min_score: float | None = None,
     size: int | None = None,
     seed: int = 0,
     slice_name: str = "",
@@ -228,7 +234,7 @@ def select_sft(
     if selection not in SFT_SELECTIONS:
         raise ValueError(f"unknown SFT selection {selection!r}; use one of {', '.join(SFT_SELECTIONS)}")
     judged = harvest_sft(prompts, answers, battles, target=target, references=references, threshold=threshold,
-                         slice_name=slice_name, round_index=round_index)
+                         min_score=min_score, slice_name=slice_name, round_index=round_index)
     if selection == "pair_judge":
         return judged
     pool = _all_sft(prompts, answers, references, slice_name, round_index)

@@ -141,6 +141,8 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
     tests = test_sets(store, test)
     banned = {_norm(t) for p in test for t in p.turns}
     banned |= {_norm(q) for q in pipeline.few_shot_questions([cfg.target, *cfg.references])}
+    if cfg.harvest.samples is not None:
+        banned |= {_norm(q) for q in cfg.harvest.samples.questions()}
     out: dict[str, tuple[list[Prompt], int]] = {}
     for pos, (name, spec) in enumerate(cfg.pool.items()):
         if spec.set is not None:
@@ -356,7 +358,8 @@ class Flywheel:
                      f"({t.serve_quantize}) at {out}")
             path = export_gguf(resolve_hf_folder(spec.model), out, quantize=t.serve_quantize, threads=spec.n_threads)
             self._served[spec.model] = served_spec(spec, path)
-        return self._served[spec.model].model_copy(update={"name": spec.name, "params": spec.params})
+        return self._served[spec.model].model_copy(update={"name": spec.name, "params": spec.params,
+                                                            "prompt_format": spec.prompt_format})
 
     def serve_from(self, spec: ModelSpec, gguf: Path | None) -> None:
         """Mark ``spec`` as the target's (its answers go through ``served``), its GGUF export at ``gguf``
@@ -483,7 +486,8 @@ class Flywheel:
         if stage.kind == "sft":
             items: list[Any] = select_sft(rec.selection, prompts, answers, battles, target=current.name,
                                           references=teachers, threshold=h.sft_threshold,
-                                          seed=h.seed, slice_name=stage.slice, round_index=rec.round, size=size)
+                                          min_score=h.sft_min_score, seed=h.seed, slice_name=stage.slice,
+                                          round_index=rec.round, size=size)
         else:
             k = h.k if stage.kind == "dpo" else (h.rm_k if h.rm_k is not None else h.k)
             items = select_pairs(rec.selection if stage.kind == "dpo" else "pair_judge", prompts, answers, battles,
@@ -506,7 +510,12 @@ class Flywheel:
         s = self.cfg.training
         try:
             if stage.kind in ("sft", "dpo"):
-                res = self.train_one(stage.kind, current.model, folder, items=items, changes=rec.sweep)
+                start = current.model
+                if stage.kind == "sft" and s.settings("sft", rec.sweep).start == "base":  # type: ignore[attr-defined]
+                    start = self.cfg.target.model  # ReST-EM: the untrained target, on every round's data so far
+                    self.say(f"[flywheel] {rec.key}: training the untrained target ({start}) on {len(items)} "
+                             f"examples (training.sft.start: base); {current.name} made the data")
+                res = self.train_one(stage.kind, start, folder, items=items, changes=rec.sweep)
             else:
                 reward_model = None
                 if s.rl.reward == "model":

@@ -99,9 +99,21 @@ class TrainSettings(Section):
 
 
 class SFTSettings(TrainSettings):
-    """Supervised fine-tuning on harvested examples (TRL SFTTrainer). Loss on the answers only."""
+    """Supervised fine-tuning on harvested examples (TRL SFTTrainer). Loss on the answers only.
+
+    ``start``: what an SFT stage fine-tunes: the model the flywheel has now (``previous``, the
+    default), or the untrained target (``base``) on the stage's data, with ``harvest.replay`` every
+    round's data so far. The battles that harvest it are still the current model's; only the weights
+    training starts from change. ReST-EM (Singh et al. 2023, arXiv 2312.06585) fine-tunes the base
+    model each iteration for this reason: continuing from the last one trains the early rounds'
+    examples epoch after epoch and overfits them.
+    """
 
     completion_only_loss: bool = True
+    # exclude_if: written only when set, so that configs without it keep their fingerprints
+    start: Literal["previous", "base"] = Field("previous", exclude_if=lambda v: v == "previous",
+                                               description="what an SFT stage fine-tunes: the current model "
+                                               "(previous) or the untrained target on all its data (base; ReST-EM)")
 
 
 class DPOSettings(TrainSettings):
@@ -240,20 +252,54 @@ class SampleSettings(Section):
     again. Harvest then draws from references and samples alike: an SFT example may be the target's
     own best winning answer (rejection-sampling fine-tuning, RFT), and a DPO / RM pair may set one of
     its samples against another. This is what lets the student learn past its teachers.
+
+    ``few_shot``: the first ``shots`` samples (all k when unset) see these (question, answer)
+    examples before the question, as a few-shot prompt of the current model: a teacher that grows
+    with the student (what the examples show in context, its right answers teach without them:
+    context distillation, Snell et al. 2022, arXiv 2209.15189). The examples' questions are kept out
+    of every slice, as a reference's are.
     """
 
     k: int = Field(4, ge=1, le=32, description="samples per prompt (k times the target's answering cost)")
     temperature: float = Field(1.0, gt=0.0, le=2.0)
     seed: int = 0
+    # exclude_if: written only when set, so that a config without them keeps its fingerprints
+    few_shot: list[tuple[str, str]] | None = Field(
+        None, exclude_if=lambda v: v is None, description="(question, answer) examples shown before the question "
+        "to the first `shots` samples: the current model prompted few-shot as a teacher (context distillation)")
+    shots: int | None = Field(None, ge=0, exclude_if=lambda v: v is None,
+                              description="how many of the k samples see few_shot (unset: all k)")
+
+    @model_validator(mode="after")
+    def _shots(self) -> SampleSettings:
+        if self.shots is not None and (self.few_shot is None or self.shots > self.k):
+            raise ValueError("samples.shots needs few_shot, and at most k of them" if self.few_shot is None else
+                             f"samples.shots ({self.shots}) is more than k ({self.k})")
+        return self
 
     def variants(self, spec: ModelSpec) -> list[ModelSpec]:
-        """Return the k sampled variants of ``spec``."""
-        return [spec.model_copy(update={"name": f"{spec.name}-sample{i}", "params": spec.params.model_copy(
-            update={"temperature": self.temperature, "seed": self.seed + i})}) for i in range(self.k)]
+        """Return the k sampled variants of ``spec`` (the first ``shots`` with the few-shot examples)."""
+        shown = (self.k if self.shots is None else self.shots) if self.few_shot else 0
+        out = []
+        for i in range(self.k):
+            update: dict[str, Any] = {"name": f"{spec.name}-sample{i}", "params": spec.params.model_copy(
+                update={"temperature": self.temperature, "seed": self.seed + i})}
+            if i < shown:
+                shots = list(self.few_shot or [])
+                update["prompt_format"] = spec.prompt_format.model_copy(update={"few_shot": shots})
+            out.append(spec.model_copy(update=update))
+        return out
+
+    def questions(self) -> set[str]:
+        """Return the few-shot examples' questions (kept out of the slices)."""
+        return {q for q, _ in self.few_shot or []}
 
 
 class HarvestConfig(Section):
     sft_threshold: float = Field(0.0, ge=0.0, description="SFT: the target lost by more than this score gap")
+    sft_min_score: float | None = Field(
+        None, description="SFT: a winning answer supplies an example only if its judge score is at least this "
+        "(with the verifier, 10: exactly right; unset: any winner, even on partial credit)")
     k: float = Field(1.0, description="DPO: drop pairs whose score gap is at most K")
     rm_k: float | None = Field(None, description="reward-model pairs: K (default: k)")
     rip: RipSettings | None = None
@@ -272,8 +318,8 @@ class HarvestConfig(Section):
 
     def fingerprint_exclude(self) -> set[str]:
         """Fields left out of a stage's fingerprint: the ablation baselines, and new options while unset."""
-        return {"baselines"} | ({"samples"} if self.samples is None else set()) | (set() if self.balance
-                                                                                    else {"balance"})
+        unset = {name for name in ("samples", "sft_min_score") if getattr(self, name) is None}
+        return {"baselines"} | unset | (set() if self.balance else {"balance"})
 
 
 class TrainingConfig(Section):
