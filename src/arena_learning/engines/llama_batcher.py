@@ -329,14 +329,7 @@ class Batcher:
         if rc != 0:
             raise CallFailed(f"llama.cpp: llama_decode returned {rc} for a batch of {n} tokens "
                              f"({len(taken)} sequences, {self.n_cells} cells)")
-        for s, take, last in taken:
-            s.cached.extend(s.pending[:take])
-            s.pending = s.pending[take:]
-            if last < 0:
-                continue
-            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, last), shape=(self.n_vocab,))
-            how = s.job.sampling if s.job is not None else None
-            self._accept(s, int(np.argmax(logits)) if how is None else how.pick(logits))
+        # Counted before any future is resolved below: a caller woken by its answer reads whole steps.
         if prompt:
             self.prefill_steps += 1
             self.prefill_tokens += prompt
@@ -345,6 +338,14 @@ class Batcher:
             self.decode_steps += 1
             self.decode_tokens += n
             self.decode_s += time.perf_counter() - t0
+        for s, take, last in taken:
+            s.cached.extend(s.pending[:take])
+            s.pending = s.pending[take:]
+            if last < 0:
+                continue
+            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, last), shape=(self.n_vocab,))
+            how = s.job.sampling if s.job is not None else None
+            self._accept(s, int(np.argmax(logits)) if how is None else how.pick(logits))
 
     def _accept(self, s: _Slot, token: int) -> None:
         """Add ``token`` to the slot's output, or finish it: ``Llama._create_completion``'s rules."""
