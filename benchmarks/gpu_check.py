@@ -106,6 +106,7 @@ def flywheel_config(dry_run: bool) -> dict[str, Any]:
     for ref in base["references"]:  # llama.cpp is not built on the GPU machine: the same prompts via transformers
         refs.append({**ref, "engine": "transformers", "dtype": dtype, "batch_size": batch})
     base["references"] = refs
+    base["training"]["serve_as"] = "transformers"  # the student too answers through transformers there
     n = 9 if dry_run else 320
     base["pool"] = {"D0": {"n": 9 if dry_run else 160, "seed": 101}, "D1": {"n": n, "seed": 102},
                     "D2": {"n": n, "seed": 103}, "D3": {"n": n, "seed": 104}}

@@ -33,6 +33,7 @@ def test_the_gpu_checks_flywheel_config_loads_and_trains_every_stage_in_full(dry
     assert all(getattr(cfg.training, k).lora is None for k in ("sft", "dpo", "rm", "rl"))  # full fine-tuning
     assert cfg.training.launch.launcher == "accelerate"
     assert {m.engine for m in [cfg.target, *cfg.references]} == {"transformers"}  # no llama.cpp on the GPU machine
+    assert cfg.training.serve_as == "transformers"  # nor for the trained student (the quickstart serves it by GGUF)
     if dry_run:
         assert cfg.training.launch.cpu and cfg.tasks.n < 30
         assert all(getattr(cfg.training, k).max_steps == 1 for k in ("sft", "dpo", "rm", "rl"))
