@@ -71,7 +71,7 @@ from . import train as training
 from .evidence import Evidence, gather
 from .export import export_items, read_items
 from .harvest import RipFilter, balance_items, per_model_counts, select_pairs, select_sft
-from .settings import FlywheelConfig, RoundSpec, SliceDecontam, SliceSpec, StageSpec
+from .settings import FlywheelConfig, RoundSpec, SFTSettings, SliceDecontam, SliceSpec, StageSpec
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
 TEST_SET = pipeline.TEST_SET
@@ -510,8 +510,8 @@ class Flywheel:
         s = self.cfg.training
         try:
             if stage.kind in ("sft", "dpo"):
-                start = current.model
-                if stage.kind == "sft" and s.settings("sft", rec.sweep).start == "base":  # type: ignore[attr-defined]
+                start, sft = current.model, s.settings("sft", rec.sweep)
+                if stage.kind == "sft" and isinstance(sft, SFTSettings) and sft.start == "base":
                     start = self.cfg.target.model  # ReST-EM: the untrained target, on every round's data so far
                     self.say(f"[flywheel] {rec.key}: training the untrained target ({start}) on {len(items)} "
                              f"examples (training.sft.start: base); {current.name} made the data")

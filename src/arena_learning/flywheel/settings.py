@@ -105,8 +105,8 @@ class SFTSettings(TrainSettings):
     default), or the untrained target (``base``) on the stage's data, with ``harvest.replay`` every
     round's data so far. The battles that harvest it are still the current model's; only the weights
     training starts from change. ReST-EM (Singh et al. 2023, arXiv 2312.06585) fine-tunes the base
-    model each iteration for this reason: continuing from the last one trains the early rounds'
-    examples epoch after epoch and overfits them.
+    model each iteration, against overfitting and drift: continuing from the last model trains the
+    early rounds' examples again epoch after epoch.
     """
 
     completion_only_loss: bool = True
