@@ -85,6 +85,15 @@ def test_new_harvest_options_leave_old_fingerprints_alone():
         SFTSettings(start="scratch")
 
 
+@pytest.mark.parametrize("kind", ["sft", "dpo", "rm", "rl"])
+def test_every_trainer_refuses_a_learning_rate_of_zero_or_below(kind):
+    from arena_learning.flywheel.settings import TrainingConfig
+
+    for bad in (0.0, -1e-5):
+        with pytest.raises(ValueError, match="greater than 0"):
+            TrainingConfig.model_validate({kind: {"learning_rate": bad}})
+
+
 def test_sft_can_take_the_targets_own_winning_sample():
     p = generate_tasks(1, suite=2, categories=["arithmetic"])[0]
     answers = [Answer(prompt_id=p.id, model=m, turns=[t]) for m, t in

@@ -119,7 +119,7 @@ class SFTSettings(TrainSettings):
 class DPOSettings(TrainSettings):
     """DPO on harvested pairs (TRL DPOTrainer); ``loss_type`` is any of DPOConfig's (see DPO_LOSSES)."""
 
-    learning_rate: float = 5e-7
+    learning_rate: float = Field(5e-7, gt=0)
     epochs: float = 2
     beta: float = Field(0.3, gt=0)
     loss_type: list[str] = Field(default_factory=lambda: ["sigmoid"])
@@ -139,7 +139,7 @@ class DPOSettings(TrainSettings):
 class RMSettings(TrainSettings):
     """Reward model on harvested pairs (TRL RewardTrainer), with the pairs' margins."""
 
-    learning_rate: float = 1e-6
+    learning_rate: float = Field(1e-6, gt=0)
     epochs: float = 1
     use_margin: bool = Field(True, description="subtract each pair's score gap inside the loss (Llama 2's margin)")
 
@@ -152,7 +152,7 @@ class RLSettings(TrainSettings):
     coefficient against the starting model (the paper's PPO KL 0.4).
     """
 
-    learning_rate: float = 1e-7
+    learning_rate: float = Field(1e-7, gt=0)
     epochs: float = 1
     batch_size: int = 16
     micro_batch_size: int = 8
