@@ -235,3 +235,57 @@ def test_a_workspace_answered_one_at_a_time_asks_nothing_when_batched(tmp_path):
         assert {s.sent for s in first.stats.values()} == {9}
         again = pipeline.stage_answer(new, store, prompts=prompts, show_progress=False)
         assert {(s.sent, s.cached) for s in again.stats.values()} == {(0, 9)}
+
+
+class Windowed(LlamaCppEngine):
+    """The llama.cpp engine with another in-flight window: the same list, submitted further or less ahead."""
+
+    window = 1
+
+    @property
+    def in_flight(self) -> int:
+        return self.window
+
+
+def test_an_announced_list_gets_the_same_batches_and_answers_whenever_its_requests_arrive(tmp_path):
+    # Which requests share a step follows from when each was submitted, unless the caller announces its list
+    # (arun_requests does): then admission waits for a job per free slot, and the same list is batched the
+    # same whether the caller keeps P+1, 2P or every request in flight. The flywheel quickstart's 12-shot
+    # reference: its answers differed on 30 of 288 prompts between two fresh runs before.
+    from arena_learning.engines.calls import arun_requests
+    from arena_learning.flywheel.settings import FlywheelConfig
+    from arena_learning.store import Store
+
+    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "flywheel.yaml", FlywheelConfig)
+    spec = cfg.references[0].model_copy(update={"n_threads": 1, "parallel": 6})
+    requests = [ask(p.turns[0]) for p in generate_tasks(30, seed=7, suite=2)]
+    batcher = load_batcher(spec)
+
+    def run(window: int, announced: bool, name: str):
+        engine = Windowed(spec)
+        engine.window = window
+        assert all(engine.batched(r) for r in requests)
+        before = batcher.steps
+        with Store(tmp_path / name) as store:
+            if announced:
+                outs = asyncio.run(arun_requests(store, engine, requests))
+            else:  # the same window, the list not announced
+                gate = asyncio.Semaphore(window)
+
+                async def one(r):
+                    async with gate:
+                        return await engine.complete(r)
+
+                async def go():
+                    return await asyncio.gather(*(one(r) for r in requests))
+
+                outs = asyncio.run(go())
+        assert all(o is not None for o in outs)
+        return [fields(o) for o in outs], batcher.steps - before
+
+    first = run(7, True, "a")
+    assert run(12, True, "b") == first
+    assert run(len(requests), True, "c") == first
+    # The control: without the announcement the schedule follows arrival, and these windows batch differently.
+    loose = {run(w, False, f"n{w}")[1] for w in (7, len(requests))}
+    assert len(loose) == 2 or first[1] not in loose, (first[1], loose)

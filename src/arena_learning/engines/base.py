@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -123,6 +123,16 @@ class Engine(abc.ABC):
         if out.text:
             yield out.text
         yield out
+
+    def expect(self, requests: Sequence[Request]) -> None:  # noqa: B027 - optional hook
+        """Hear the list of requests the caller is about to send, in the order it sends them.
+
+        An engine whose batches depend on when requests arrive (llama.cpp's batcher) uses it to batch
+        by the list's order instead, so the same list gets the same answers; the others ignore it.
+        """
+
+    def expect_done(self) -> None:  # noqa: B027 - optional hook
+        """The caller sends nothing more of what it announced with ``expect`` (it finished, or failed)."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections or models."""

@@ -246,9 +246,12 @@ async def arun_requests(
             if progress is not None and task_id is not None:
                 progress.advance(task_id)
 
+    # The engine hears the list first: one that batches (llama.cpp) then batches by its order, not by timing.
+    engine.expect([r for r, _ in todo.values()])
     try:
         await asyncio.gather(*(one(k, r, p) for k, (r, p) in todo.items()))
     finally:
+        engine.expect_done()
         writer.flush()
         await engine.aclose()
     return [results.get(k) for k in keys]

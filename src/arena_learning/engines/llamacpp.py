@@ -17,7 +17,7 @@ import atexit
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -116,6 +116,7 @@ class LlamaCppEngine(Engine):
         super().__init__(spec)
         self.llm, self.lock = load_llama(spec)
         self._model_id: str | None = None
+        self._announced = 0  # requests announced to the batcher (``expect``) not submitted yet
 
     @property
     def in_flight(self) -> int:
@@ -155,10 +156,35 @@ class LlamaCppEngine(Engine):
             params["sampler"] = "batched-v1"
         return params
 
+    def expect(self, requests: Sequence[Request]) -> None:
+        n = sum(1 for r in requests if self.batched(r))
+        if n:
+            load_batcher(self.spec).expect(n)
+            self._announced += n
+
+    def expect_done(self) -> None:
+        if self._announced:
+            load_batcher(self.spec).withdraw(self._announced)
+            self._announced = 0
+
+    def _announced_job(self, request: Request) -> Job:
+        """Return the batched job of ``request``, one of the announced ones while any are left."""
+        announced = self._announced > 0
+        if announced:
+            self._announced -= 1
+        try:
+            job = self._job(request)
+        except BaseException:
+            if announced:  # it will never reach the queue: the batcher must not wait for it
+                load_batcher(self.spec).withdraw(1)
+            raise
+        job.announced = announced
+        return job
+
     async def complete(self, request: Request) -> Completion:
         if not self.batched(request):
             return await asyncio.get_running_loop().run_in_executor(_WORKER, self.complete_sync, request)
-        job = self._job(request)
+        job = self._announced_job(request)
         try:
             out = await asyncio.wrap_future(load_batcher(self.spec).submit(job))
         except asyncio.CancelledError:
