@@ -12,6 +12,7 @@ from arena_learning.flywheel.harvest import (
     SFTItem,
     balance_items,
     harvest_sft,
+    own_right_sft,
     per_model_counts,
     shortcut_key,
 )
@@ -150,6 +151,43 @@ def test_balance_drops_a_one_sided_category_and_keeps_what_no_rule_fits():
                             rejected=[{"role": "assistant", "content": "maybe"}], prompt_id=p.id) for p in yn]
     kept = balance_items(pairs, yn)
     assert len(kept) == 20 and sum(it.chosen[0]["content"] == "yes" for it in kept) == 10
+
+
+def test_a_constant_targets_losses_are_balanced_with_its_own_right_answers():
+    # A target that says "yes" to everything loses exactly on the "no" items: what it lost is one-sided by
+    # construction, so balance alone drops it all and the target never hears "no". With fill, its own right
+    # "yes" answers make up the other side: as many "yes" as "no", each the item's true answer.
+    yn = generate_tasks(24, suite=2, categories=["yes_no"])
+    arith = generate_tasks(6, suite=2, categories=["arithmetic"])
+    answers = [Answer(prompt_id=p.id, model=m, turns=[t]) for p in [*yn, *arith] for m, t in
+               [("student", "yes" if p in yn else "0"), ("ref", p.reference[0])]]
+
+    def score(p, text):
+        return 10.0 if text == p.reference[0] else 0.0
+
+    battles = [Battle(prompt_id=p.id, model_a="student", model_b="ref", judge="verifier",
+                      score_a=score(p, a), score_b=10.0, score_gap=10.0 - score(p, a),
+                      outcome="tie" if score(p, a) == 10.0 else "model_b")
+               for p, a in [(p, "yes" if p in yn else "0") for p in [*yn, *arith]]]
+    lost = harvest_sft([*yn, *arith], answers, battles, target="student", references=["ref"], min_score=10)
+    assert {it.messages[-1]["content"] for it in lost if it.prompt_id in {p.id for p in yn}} == {"no"}
+    assert len(balance_items(lost, [*yn, *arith])) == 6                 # the 12 "no" items all dropped
+    own = own_right_sft([*yn, *arith], answers, battles, target="student", min_score=10)
+    assert {it.prompt_id for it in own} == {p.id for p in yn if p.reference[0] == "yes"}
+    assert {(it.source_model, it.selection, it.score) for it in own} == {("student", "balance_fill", 10.0)}
+    out = balance_items(lost, [*yn, *arith], seed=0, fill=own)
+    said = [it.messages[-1]["content"] for it in out if it.prompt_id in {p.id for p in yn}]
+    assert said.count("yes") == said.count("no") == 12
+    assert out[:len(lost)] == lost and balance_items(lost, [*yn, *arith], seed=0, fill=own) == out
+    # fillers make up a short side up to what was lost, never more; a category lost on nowhere takes none
+    few = [it for it in lost if it.messages[-1]["content"] != "no"] + [it for it in lost
+                                                                       if it.messages[-1]["content"] == "no"][:3]
+    said = [it.messages[-1]["content"] for it in balance_items(few, [*yn, *arith], fill=own)]
+    assert said.count("yes") == said.count("no") == 3
+    assert balance_items(lost[-6:], [*yn, *arith], fill=own) == lost[-6:]   # arithmetic only: no "yes" added
+    with pytest.raises(ValueError, match="balance_fill"):
+        HarvestConfig(balance_fill=True, balance=True)                     # which score is right?
+    assert "balance_fill" in HarvestConfig(balance=True).fingerprint_exclude()  # off: old fingerprints stay
 
 
 @pytest.mark.slow

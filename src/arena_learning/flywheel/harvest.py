@@ -198,6 +198,40 @@ def harvest_sft(
     return out
 
 
+def own_right_sft(
+    prompts: Sequence[Prompt],
+    answers: Sequence[Answer],
+    battles: Sequence[Battle],
+    *,
+    target: str,
+    min_score: float,
+    slice_name: str = "",
+    round_index: int = 0,
+) -> list[SFTItem]:
+    """Return the target's own answers that its battles score at least ``min_score`` (mean over them).
+
+    What the target already gets right: never data by itself (pair-judge selection takes what it lost),
+    but the other side of a balanced category (``balance_items``' ``fill``).
+    """
+    by_key = {(a.prompt_id, a.model): a for a in answers}
+    mine: dict[str, list[float]] = defaultdict(list)
+    for b in battles:
+        if target in (b.model_a, b.model_b) and b.model_a != b.model_b:
+            score = _side(b, target)[0]
+            if score is not None:
+                mine[b.prompt_id].append(score)
+    out = []
+    for p in prompts:
+        score = _mean(mine.get(p.id, []))
+        ans = by_key.get((p.id, target))
+        if score is None or ans is None or score < min_score:
+            continue
+        out.append(SFTItem(messages=conversation_messages(p, ans.turns), prompt_id=p.id, slice=slice_name,
+                           round=round_index, source_model=target, score=score, target_score=score,
+                           selection="balance_fill"))
+    return out
+
+
 def _all_sft(prompts: Sequence[Prompt], answers: Sequence[Answer], references: Sequence[str],
              slice_name: str, round_index: int) -> list[SFTItem]:
     by_key = {(a.prompt_id, a.model): a for a in answers}
@@ -412,7 +446,8 @@ def shortcut_key(prompt: Prompt, answer: str) -> tuple[str, ...]:
 Item = TypeVar("Item", SFTItem, PreferenceItem)
 
 
-def balance_items(items: Sequence[Item], prompts: Sequence[Prompt], *, seed: int = 0) -> list[Item]:
+def balance_items(items: Sequence[Item], prompts: Sequence[Prompt], *, seed: int = 0,
+                  fill: Sequence[Item] = ()) -> list[Item]:
     """Return ``items`` balanced, per category, over the shortcut each taught answer would also fit.
 
     Within a category, the items whose answer is what a surface rule says (the first number, the
@@ -421,32 +456,46 @@ def balance_items(items: Sequence[Item], prompts: Sequence[Prompt], *, seed: int
     teaches "say the second number", balanced data does not. A category whose answers fit only one
     rule loses those items (balanced against a missing group is none). Items no rule fits are kept.
     Order is kept.
+
+    ``fill`` (the target's own right answers, ``own_right_sft``) makes up a short side instead of the
+    long side being cut: a target that says "yes" to everything loses only on "no" items, so what it
+    lost is one-sided by construction, and balance alone would drop all of it. A side is filled up to
+    the longest side of ``items`` at most (fillers never outnumber what was lost), items first; fillers
+    come after the items, in their own order, and only in categories ``items`` has rule groups in.
     """
     by_id = {p.id: p for p in prompts}
+    merged: list[Item] = list(items) + list(fill)
+    lost = len(items)
     groups: dict[str, dict[tuple[str, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
     keep: set[int] = set()
-    for i, it in enumerate(items):
+    for i, it in enumerate(merged):
         p = by_id.get(it.prompt_id)
         key = shortcut_key(p, _taught(it)) if p is not None else ()
         if not key:
-            keep.add(i)
+            if i < lost:
+                keep.add(i)
         else:
             groups[p.category or "" if p is not None else ""][key].append(i)
     rng = random.Random(seed)
     for cat in sorted(groups):
         rules = groups[cat]
         # the rules a category offers come in pairs (first/second, yes/no, ascending/descending)
-        offered = {rule for key in rules for rule in key}
+        offered = {rule for key, ix in rules.items() for rule in key if any(i < lost for i in ix)}
         need = [frozenset(p) for p in BALANCED_PAIRS if offered & set(p)]
-        sizes = [sum(len(ix) for key, ix in rules.items() if side in key) for pair in need for side in pair]
-        cap = min(sizes) if sizes else 0
+        sides = [side for pair in need for side in pair]
+
+        lost_n = {side: sum(1 for key, ix in rules.items() if side in key for i in ix if i < lost) for side in sides}
+        fill_n = {side: sum(1 for key, ix in rules.items() if side in key for i in ix if i >= lost) for side in sides}
+        cap = min((lost_n[side] + fill_n[side] for side in sides), default=0)
+        cap = min(cap, max(lost_n.values(), default=0))
         taken: dict[str, int] = defaultdict(int)
-        for key in sorted(rules):
-            ix = list(rules[key])
-            rng.shuffle(ix)
-            for i in ix:
-                if all(taken[side] < cap for side in key):
-                    keep.add(i)
-                    for side in key:
-                        taken[side] += 1
-    return [it for i, it in enumerate(items) if i in keep]
+        for own in (True, False):  # the lost items first, then fillers for what is still short
+            for key in sorted(rules):
+                ix = [i for i in rules[key] if (i < lost) == own]
+                rng.shuffle(ix)
+                for i in ix:
+                    if all(taken[side] < cap for side in key):
+                        keep.add(i)
+                        for side in key:
+                            taken[side] += 1
+    return [it for i, it in enumerate(merged) if i in keep]

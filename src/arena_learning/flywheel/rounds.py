@@ -70,7 +70,7 @@ from ..tasks import generate_tasks, suite_categories
 from . import train as training
 from .evidence import Evidence, gather
 from .export import export_items, read_items
-from .harvest import RipFilter, balance_items, per_model_counts, select_pairs, select_sft
+from .harvest import RipFilter, balance_items, own_right_sft, per_model_counts, select_pairs, select_sft
 from .settings import FlywheelConfig, RoundSpec, SFTSettings, SliceDecontam, SliceSpec, StageSpec
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
@@ -494,7 +494,11 @@ class Flywheel:
                                  models=[m.name for m in models], k=k, rip=rip, seed=h.seed, slice_name=stage.slice,
                                  round_index=rec.round, size=size)
         if h.balance:
-            items = balance_items(items, prompts, seed=h.seed)
+            fill = []
+            if stage.kind == "sft" and rec.selection == "pair_judge" and h.balance_fill and h.sft_min_score is not None:
+                fill = own_right_sft(prompts, answers, battles, target=current.name, min_score=h.sft_min_score,
+                                     slice_name=stage.slice, round_index=rec.round)
+            items = balance_items(items, prompts, seed=h.seed, fill=fill)
         release_models()
         export_items(items, data_file, kind="sft" if stage.kind == "sft" else "pairs")
         rec.seconds.harvest = round(time.perf_counter() - t1, 2)

@@ -315,11 +315,24 @@ class HarvestConfig(Section):
     balance: bool = Field(False, description="balance each category's examples and pairs by the shortcut their "
                           "answer would also fit (first or second number, yes or no, ascending or descending), so "
                           "the data cannot teach a positional or constant answer")
+    balance_fill: bool = Field(False, description="with balance, SFT: a category's short side is made up with the "
+                               "target's own right answers on the slice (judge score at least sft_min_score) "
+                               "instead of the long side being cut (a target that always says 'yes' loses only "
+                               "on 'no' items: balance alone would drop them all)")
 
     def fingerprint_exclude(self) -> set[str]:
         """Fields left out of a stage's fingerprint: the ablation baselines, and new options while unset."""
         unset = {name for name in ("samples", "sft_min_score") if getattr(self, name) is None}
-        return {"baselines"} | unset | (set() if self.balance else {"balance"})
+        off = {name for name in ("balance", "balance_fill") if not getattr(self, name)}
+        return {"baselines"} | unset | off
+
+    @model_validator(mode="after")
+    def _fill_needs(self) -> HarvestConfig:
+        if self.balance_fill and (not self.balance or self.sft_min_score is None):
+            raise ValueError("harvest.balance_fill fills the short side of balanced data with the target's right "
+                             "answers: set harvest.balance: true and harvest.sft_min_score (which score is "
+                             "right: 10 with the verifier)")
+        return self
 
 
 class TrainingConfig(Section):
