@@ -484,10 +484,10 @@ def balance_items(items: Sequence[Item], prompts: Sequence[Prompt], *, seed: int
         need = [frozenset(p) for p in BALANCED_PAIRS if offered & set(p)]
         sides = [side for pair in need for side in pair]
 
-        lost_n = {side: sum(1 for key, ix in rules.items() if side in key for i in ix if i < lost) for side in sides}
-        fill_n = {side: sum(1 for key, ix in rules.items() if side in key for i in ix if i >= lost) for side in sides}
-        cap = min((lost_n[side] + fill_n[side] for side in sides), default=0)
-        cap = min(cap, max(lost_n.values(), default=0))
+        # per side: (lost items, all items) that teach it
+        lost_n = {side: sum(i < lost for key, ix in rules.items() if side in key for i in ix) for side in sides}
+        all_n = {side: sum(len(ix) for key, ix in rules.items() if side in key) for side in sides}
+        cap = min(min(all_n.values(), default=0), max(lost_n.values(), default=0))
         taken: dict[str, int] = defaultdict(int)
         for own in (True, False):  # the lost items first, then fillers for what is still short
             for key in sorted(rules):
