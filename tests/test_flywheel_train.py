@@ -128,3 +128,49 @@ def test_reward_model_then_rloo_with_it(stages, tmp_path):
     tok = AutoTokenizer.from_pretrained(rm.model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(rm.model_dir)
     assert model(**tok(["Question: 1+1\nAnswer: 2"], return_tensors="pt")).logits.shape == (1, 1)
+
+
+@pytest.mark.slow
+def test_answer_tokens_only_head_gives_the_full_heads_loss_and_gradients():
+    """On the CPU the fused LM head scores only the answer tokens inside the hook, and that changes nothing."""
+    import torch
+    import trl.trainer.utils as trl_utils
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from arena_learning.engines.transformers_engine import bundled_hf_folder, clear_quantization
+
+    cpu = torch.device("cpu")
+    folder = bundled_hf_folder()
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = clear_quantization(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32))
+    trl_utils.add_fused_lm_head(model)
+    rows = train.sft_training_rows(sft_items(), TARGET)
+    ids, labels = [], []
+    for r in rows:
+        p, c = tok(r["prompt"])["input_ids"], tok(r["completion"], add_special_tokens=False)["input_ids"]
+        ids.append(p + c)
+        labels.append([-100] * len(p) + c)
+    width = max(map(len, ids))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    batch = {"input_ids": torch.tensor([x + [pad] * (width - len(x)) for x in ids]),
+             "attention_mask": torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]),
+             "labels": torch.tensor([y + [-100] * (width - len(y)) for y in labels])}
+    probe = model.model.norm.weight  # the last weight before the head: its gradient passes through the head
+
+    def loss_and_grad():
+        probe.grad = None
+        out = model(**batch, fused_lm_head=True)
+        out.loss.backward()
+        return out.loss.detach(), out.log_probs.detach(), probe.grad.detach().clone()
+
+    assert not trl_utils._use_triton(cpu)  # TRL scores every position on the CPU...
+    full = loss_and_grad()
+    with train.answer_tokens_only_on_cpu():
+        assert trl_utils._use_triton(cpu)  # ...but only the labelled ones inside the hook
+        compact = loss_and_grad()
+    assert not trl_utils._use_triton(cpu)  # restored
+    answer_tokens = int((batch["labels"][:, 1:] != -100).sum())
+    assert answer_tokens < batch["input_ids"].numel() // 4  # mostly prompt: the head's work falls by > 4x
+    assert torch.allclose(full[0], compact[0], rtol=1e-5, atol=1e-6)
+    assert torch.allclose(full[1], compact[1], rtol=1e-5, atol=1e-5)
+    assert torch.allclose(full[2], compact[2], rtol=1e-4, atol=1e-6) and full[2].abs().sum() > 0

@@ -33,7 +33,7 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -372,12 +372,44 @@ def done_result(stage: str | Path, kind: str) -> TrainResult | None:
                        peak_rss_mb=summary.peak_rss_mb, reused=True, log=log)
 
 
+@contextlib.contextmanager
+def answer_tokens_only_on_cpu() -> Iterator[None]:
+    """Within the block, TRL's fused LM head scores only the labelled positions on the CPU too.
+
+    TRL 1.16's trainers (SFT, DPO, RLOO, GRPO, KTO) run the LM head through ``add_fused_lm_head``,
+    which projects only the positions with a label (the answer tokens) on CUDA and XPU, but every
+    position of the batch elsewhere: the shapes of a compiled graph would change with each batch on
+    Neuron. On the CPU nothing is compiled, and the head is most of the work: Gemma 3's 262,144-token
+    vocabulary makes it 640 x 262k multiply-adds a position, more than the 18 layers below it, and a
+    zero-shot task row has 3-6 answer tokens among 20-40. The per-token log-probabilities of the
+    labelled positions are the same either way (the same tiles, fewer rows); the loss and gradients
+    agree to float rounding (``tests/test_flywheel_train.py``). Measured on 2 cores
+    (``benchmarks/bench_train_steps.py``): SFT steps about 3x faster. Hand-written because TRL has no
+    setting for it; ``trl==1.16.0`` is pinned, and a TRL without the hook raises here, not later.
+    """
+    import trl.trainer.utils as trl_utils
+
+    if not callable(getattr(trl_utils, "_use_triton", None)):
+        raise RuntimeError("trl.trainer.utils._use_triton is gone: this TRL is not the pinned 1.16.0 "
+                           "(pip install -e . reinstalls the pinned one)")
+    scores_compact = trl_utils._use_triton
+
+    def compact_here(device: Any) -> bool:
+        return device.type == "cpu" or bool(scores_compact(device))
+
+    trl_utils._use_triton = compact_here  # read at each forward, only to choose the compact layout there
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = scores_compact
+
+
 def _run(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float, retrain: bool,
          run: RunOptions | None = None) -> TrainResult:
     work = stage / WORK_DIR
     resume = None if retrain else last_checkpoint(work)
     # Trainer logs print to stdout (tqdm.write); stdout is for results (--json), so send them to stderr.
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr), answer_tokens_only_on_cpu():
         out = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     result = _finish(trainer, tok, stage, kind, n_rows, started, resume, out, run)
     if trainer.is_world_process_zero():
