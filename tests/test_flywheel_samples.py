@@ -15,6 +15,7 @@ from arena_learning.flywheel.harvest import (
     own_right_sft,
     per_model_counts,
     shortcut_key,
+    with_own_right,
 )
 from arena_learning.flywheel.settings import HarvestConfig, SampleSettings, SFTSettings
 from arena_learning.records import Answer, Battle
@@ -188,6 +189,38 @@ def test_a_constant_targets_losses_are_balanced_with_its_own_right_answers():
     with pytest.raises(ValueError, match="balance_fill"):
         HarvestConfig(balance_fill=True, balance=True)                     # which score is right?
     assert "balance_fill" in HarvestConfig(balance=True).fingerprint_exclude()  # off: old fingerprints stay
+
+
+def test_own_right_adds_the_targets_right_answers_beside_what_it_lost():
+    # ReST-EM keeps every correct sample: the target's right greedy answers are examples too, each prompt once
+    # (a lost prompt keeps the winner's answer), and balance still cuts a constant's one-sided side.
+    yn = generate_tasks(24, suite=2, categories=["yes_no"])
+    arith = generate_tasks(6, suite=2, categories=["arithmetic"])
+    said = {p.id: ("yes" if p in yn else p.reference[0] if i % 2 else "0") for i, p in enumerate([*yn, *arith])}
+    answers = [Answer(prompt_id=p.id, model=m, turns=[t]) for p in [*yn, *arith]
+               for m, t in [("student", said[p.id]), ("ref", p.reference[0])]]
+    right_of = {p.id: 10.0 if said[p.id] == p.reference[0] else 0.0 for p in [*yn, *arith]}
+    battles = [Battle(prompt_id=p.id, model_a="student", model_b="ref", judge="verifier", score_a=right_of[p.id],
+                      score_b=10.0, score_gap=10.0 - right_of[p.id],
+                      outcome="tie" if right_of[p.id] == 10.0 else "model_b") for p in [*yn, *arith]]
+    lost = harvest_sft([*yn, *arith], answers, battles, target="student", references=["ref"], min_score=10)
+    right = own_right_sft([*yn, *arith], answers, battles, target="student", min_score=10, selection="own_right")
+    out = with_own_right(lost, right)
+    assert out[:len(lost)] == lost and len({it.prompt_id for it in out}) == len(out) == 30
+    own = out[len(lost):]
+    assert {(it.source_model, it.selection) for it in own} == {("student", "own_right")}
+    assert all(it.messages[-1]["content"] == next(p for p in [*yn, *arith] if p.id == it.prompt_id).reference[0]
+               for it in out)                                            # every example the item's true answer
+    assert sum(p in arith for p in [*yn, *arith] if p.id in {it.prompt_id for it in own}) == 3
+    balanced = balance_items(out, [*yn, *arith])
+    told = [it.messages[-1]["content"] for it in balanced if it.prompt_id in {p.id for p in yn}]
+    assert told.count("yes") == told.count("no") == 12
+    with pytest.raises(ValueError, match="sft_min_score"):
+        HarvestConfig(own_right=True)
+    with pytest.raises(ValueError, match="one of them"):
+        HarvestConfig(own_right=True, balance=True, balance_fill=True, sft_min_score=10)
+    assert "own_right" in HarvestConfig().fingerprint_exclude()             # off: old fingerprints stay
+    assert "own_right" not in HarvestConfig(own_right=True, sft_min_score=10).fingerprint_exclude()
 
 
 @pytest.mark.slow

@@ -207,11 +207,13 @@ def own_right_sft(
     min_score: float,
     slice_name: str = "",
     round_index: int = 0,
+    selection: str = "balance_fill",
 ) -> list[SFTItem]:
     """Return the target's own answers that its battles score at least ``min_score`` (mean over them).
 
-    What the target already gets right: never data by itself (pair-judge selection takes what it lost),
-    but the other side of a balanced category (``balance_items``' ``fill``).
+    What the target already gets right: the other side of a balanced category (``balance_items``'
+    ``fill``), or, with ``harvest.own_right`` (``selection="own_right"``), examples beside what it lost
+    (ReST-EM keeps every correct sample, not only those of prompts the model failed).
     """
     by_key = {(a.prompt_id, a.model): a for a in answers}
     mine: dict[str, list[float]] = defaultdict(list)
@@ -228,8 +230,17 @@ def own_right_sft(
             continue
         out.append(SFTItem(messages=conversation_messages(p, ans.turns), prompt_id=p.id, slice=slice_name,
                            round=round_index, source_model=target, score=score, target_score=score,
-                           selection="balance_fill"))
+                           selection=selection))
     return out
+
+
+def with_own_right(items: Sequence[SFTItem], right: Sequence[SFTItem]) -> list[SFTItem]:
+    """Return ``items``, then the target's right answers (``own_right_sft``) on prompts no item is from.
+
+    ``harvest.own_right``: a prompt the target lost keeps the winner's answer; one it got right adds its own.
+    """
+    lost = {it.prompt_id for it in items}
+    return [*items, *(it for it in right if it.prompt_id not in lost)]
 
 
 def _all_sft(prompts: Sequence[Prompt], answers: Sequence[Answer], references: Sequence[str],

@@ -70,7 +70,16 @@ from ..tasks import generate_tasks, suite_categories
 from . import train as training
 from .evidence import Evidence, gather
 from .export import export_items, read_items
-from .harvest import RipFilter, balance_items, own_right_sft, per_model_counts, select_pairs, select_sft
+from .harvest import (
+    RipFilter,
+    SFTItem,
+    balance_items,
+    own_right_sft,
+    per_model_counts,
+    select_pairs,
+    select_sft,
+    with_own_right,
+)
 from .settings import FlywheelConfig, RoundSpec, SFTSettings, SliceDecontam, SliceSpec, StageSpec
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
@@ -493,11 +502,16 @@ class Flywheel:
             items = select_pairs(rec.selection if stage.kind == "dpo" else "pair_judge", prompts, answers, battles,
                                  models=[m.name for m in models], k=k, rip=rip, seed=h.seed, slice_name=stage.slice,
                                  round_index=rec.round, size=size)
+        right: list[SFTItem] = []  # the target's own right answers, for own_right or balance_fill
+        if (stage.kind == "sft" and rec.selection == "pair_judge" and h.sft_min_score is not None
+                and (h.own_right or h.balance_fill)):
+            right = own_right_sft(prompts, answers, battles, target=current.name, min_score=h.sft_min_score,
+                                  slice_name=stage.slice, round_index=rec.round,
+                                  selection="own_right" if h.own_right else "balance_fill")
+        if h.own_right:
+            items = with_own_right(items, right)
         if h.balance:
-            fill = []
-            if stage.kind == "sft" and rec.selection == "pair_judge" and h.balance_fill and h.sft_min_score is not None:
-                fill = own_right_sft(prompts, answers, battles, target=current.name, min_score=h.sft_min_score,
-                                     slice_name=stage.slice, round_index=rec.round)
+            fill = right if h.balance_fill else []
             items = balance_items(items, prompts, seed=h.seed, fill=fill)
         release_models()
         export_items(items, data_file, kind="sft" if stage.kind == "sft" else "pairs")

@@ -319,11 +319,15 @@ class HarvestConfig(Section):
                                "target's own right answers on the slice (judge score at least sft_min_score) "
                                "instead of the long side being cut (a target that always says 'yes' loses only "
                                "on 'no' items: balance alone would drop them all)")
+    own_right: bool = Field(False, description="SFT (needs sft_min_score): the target's own greedy answers that are "
+                            "right on the slice are examples too, beside the prompts it lost (ReST-EM trains on "
+                            "every correct sample): each round, trained from the base, learns again what the "
+                            "target already knew instead of only what it lost")
 
     def fingerprint_exclude(self) -> set[str]:
         """Fields left out of a stage's fingerprint: the ablation baselines, and new options while unset."""
         unset = {name for name in ("samples", "sft_min_score") if getattr(self, name) is None}
-        off = {name for name in ("balance", "balance_fill") if not getattr(self, name)}
+        off = {name for name in ("balance", "balance_fill", "own_right") if not getattr(self, name)}
         return {"baselines"} | unset | off
 
     @model_validator(mode="after")
@@ -332,6 +336,12 @@ class HarvestConfig(Section):
             raise ValueError("harvest.balance_fill fills the short side of balanced data with the target's right "
                              "answers: set harvest.balance: true and harvest.sft_min_score (which score is "
                              "right: 10 with the verifier)")
+        if self.own_right and self.sft_min_score is None:
+            raise ValueError("harvest.own_right adds the target's right answers to the SFT data: set "
+                             "harvest.sft_min_score (which score is right: 10 with the verifier)")
+        if self.own_right and self.balance_fill:
+            raise ValueError("harvest.own_right already takes every right answer of the target, which is what "
+                             "harvest.balance_fill draws its fillers from: set one of them")
         return self
 
 
