@@ -502,14 +502,14 @@ class Flywheel:
             items = select_pairs(rec.selection if stage.kind == "dpo" else "pair_judge", prompts, answers, battles,
                                  models=[m.name for m in models], k=k, rip=rip, seed=h.seed, slice_name=stage.slice,
                                  round_index=rec.round, size=size)
-        right: list[SFTItem] = []  # the target's own right answers, for own_right or balance_fill
+        right: list[SFTItem] = []  # the target's own right answers: SFT data (own_right) or fillers (balance_fill)
         if (stage.kind == "sft" and rec.selection == "pair_judge" and h.sft_min_score is not None
                 and (h.own_right or h.balance_fill)):
             right = own_right_sft(prompts, answers, battles, target=current.name, min_score=h.sft_min_score,
                                   slice_name=stage.slice, round_index=rec.round,
                                   selection="own_right" if h.own_right else "balance_fill")
-        if h.own_right:
-            items = with_own_right(items, right)
+            if h.own_right:
+                items = with_own_right(items, right)
         if h.balance:
             fill = right if h.balance_fill else []
             items = balance_items(items, prompts, seed=h.seed, fill=fill)
