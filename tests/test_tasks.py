@@ -69,10 +69,42 @@ def test_exact_checker(answer, score):
 
 @pytest.mark.parametrize(
     "answer,score", [("3, 4, 41", 10), ("3 4 41", 10), ("3, 41, 4", pytest.approx(8 / 3, abs=0.01)),
-                     ("41, 4, 3", pytest.approx(8 / 3, abs=0.01)), ("3, 4", 0), ("1, 2, 3", 0)],
+                     ("41, 4, 3", 0), ("3, 4", 0), ("1, 2, 3", 0)],
 )
 def test_list_checker_credits_positions_only_for_the_same_items(answer, score):
+    # the list in the opposite order ("41, 4, 3") is a direction-blind sort: no credit for its middle
     assert check_list(answer, "3,4,41", {}) == score
+
+
+@pytest.mark.parametrize("question,reference,checker,answer,score", [
+    # the question given back earns no partial credit, whatever the checker would pay
+    ("Write the word 'river' in uppercase letters.", "RIVER", "exact", "river", 0),
+    ("Write the word 'river' in uppercase letters.", "RIVER", "exact", "'River'.", 0),
+    ("Write the word 'river' in uppercase letters.", "RIVER", "exact", "Write the word 'river' in uppercase", 0),
+    ("Write the word 'RiVeR' in lowercase letters.", "river", "word", "RiVeR", 0),
+    ("Write the word 'river' in uppercase letters.", "RIVER", "exact", "RIVER", 10),
+    ("Spell the word 'cat' backwards.", "tac", "exact", "TAC", 5),          # right but for case, not an echo
+    # an operand is no near miss; the right number beside the other in a comparison is a hedge
+    ("What is 870 - 209?", "661", "numeric", "870", 0),
+    ("What is 870 - 209?", "661", "numeric", "209", 0),
+    ("What is 870 - 209?", "661", "numeric", "720", 3),                     # within 10%, not from the question
+    ("What is 870 - 209?", "661", "numeric", "870 - 209 = 661", 3),          # right but not first
+    ("Which number is larger, 412 or 487?", "487", "numeric", "412 or 487", 0),
+    ("Which number is larger, 412 or 487?", "487", "numeric", "412, 487", 0),
+    ("Which number is larger, 412 or 487?", "487", "numeric", "487", 10),
+    # naming every option is no answer
+    ("Is 7 an odd number?", "yes", "text", "yes or no", 0),
+    ("Is 7 an odd number?", "yes", "text", "Yes, it is", 6),
+    # a sort earns only for the positions it puts right that the shown order had wrong
+    ("Sort these numbers from smallest to largest: 41, 3, 4.", "3,4,41", "list", "41, 3, 4", 0),
+    ("Sort these numbers from smallest to largest: 41, 3, 4.", "3,4,41", "list", "3, 41, 4", 8 / 3),
+    ("Sort these numbers from smallest to largest: 3, 41, 4.", "3,4,41", "list", "4, 3, 41", 0),
+    ("Sort these numbers from smallest to largest: 3, 41, 4.", "3,4,41", "list", "41, 4, 3", 0),
+    ("Sort these numbers from largest to smallest: 4, 41, 3, 9.", "41,9,4,3", "list", "41, 4, 9, 3", 4),
+])
+def test_partial_credit_is_only_for_what_an_answer_adds_to_the_question(question, reference, checker, answer, score):
+    p = Prompt(id="x", turns=[question], reference=[reference], checker=checker, meta={"closeness": True})
+    assert check(p, [answer]) == pytest.approx(score, abs=0.01)
 
 
 def test_multi_turn_prompt_scores_the_mean_of_its_turns():

@@ -18,7 +18,8 @@ from arena_learning.tasks.world import CATEGORIES, CATEGORY_INFO, WORDS
 
 STRUCTURAL = {"first number", "second number", "last number", "largest number", "smallest number", "yes", "no",
               "ascending, whatever asked", "descending, whatever asked", "numbers as shown", "numbers reversed",
-              "quoted text as shown", "longest quoted word"}
+              "quoted text as shown", "longest quoted word", "quoted text upper", "quoted text lower",
+              "quoted text capitalized", "the question", "yes or no"}
 
 
 def test_suite_one_is_unchanged():
@@ -77,6 +78,21 @@ def test_no_shortcut_beats_chance_in_any_category():
             assert row[policy] <= max(chance, 0.0) + 1e-9 or row[policy] <= 0.05, (cat, policy, row[policy])
     assert small["comparison"]["first number"] == small["comparison"]["second number"] == 0.5
     assert small["yes_no"]["yes"] == small["sorting"]["ascending, whatever asked"] == 0.5
+
+
+def test_no_shortcut_earns_partial_credit_above_chance():
+    """Each policy's mean score (partial credit included) is at most 10 x its category's chance level.
+
+    Before stop 31 the checkers paid an echo of the question: the word to uppercase written as shown
+    (5 points), both numbers of a comparison (the right one "buried": 3), an operand within 10% of a sum.
+    """
+    prompts = generate_tasks(12 * 480, seed=11, suite=2)
+    assert set(POLICIES) == STRUCTURAL
+    for cat in CATEGORIES:
+        items = [p for p in prompts if p.category == cat]
+        for name, fn in POLICIES.items():
+            mean = sum(check(p, [fn(p.turns[0])]) for p in items) / len(items)
+            assert mean <= 10 * CATEGORY_INFO[cat].chance + 0.2, (cat, name, mean)
 
 
 def test_follows_shortcut_flags_a_positional_model_and_not_a_right_one():

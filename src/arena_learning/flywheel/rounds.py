@@ -67,6 +67,7 @@ from ..records import Prompt, Rating
 from ..scale.launch import LaunchError, check_launchable, launch_command, run_launch
 from ..store import Store
 from ..tasks import generate_tasks, suite_categories
+from ..tasks.checks import CHECKS_VERSION
 from . import train as training
 from .evidence import Evidence, gather
 from .export import export_items, read_items
@@ -396,8 +397,18 @@ class Flywheel:
                            "references": [m.model_dump(mode="json") for m in self.refs],
                            "judge": self.cfg.judge.model_dump(mode="json"),
                            "test": self.cfg.tasks.model_dump(mode="json"),
-                           "before": before, "where": [r, i], **self._serve_fingerprint()}, sort_keys=True)
+                           "before": before, "where": [r, i], **self._serve_fingerprint(),
+                           **self._checks_fingerprint(stage)}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def _checks_fingerprint(self, stage: StageSpec) -> dict[str, Any]:
+        # The task suite's checkers score a verifier's harvest and a verifier reward: a stage made under
+        # other checkers (a workspace of stop 30 or before) is redone. Absent for other judges and rewards.
+        j = self.cfg.judge
+        if not ("verifier" in {j.kind, *(m.kind for m in j.members)} or (
+                stage.kind == "rl" and self.cfg.training.rl.reward == "verifier")):
+            return {}
+        return {"checks": CHECKS_VERSION}
 
     def _serve_fingerprint(self) -> dict[str, Any]:
         # How the target's models answer makes the harvest; absent while default, so fingerprints stay as they were

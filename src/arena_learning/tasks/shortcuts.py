@@ -56,6 +56,11 @@ POLICIES: dict[str, Callable[[str], str]] = {
     "descending, whatever asked": lambda q: _listed(q, lambda xs: sorted(xs, reverse=True)),
     "quoted text as shown": _quoted,
     "longest quoted word": lambda q: max(_quoted(q).split() or [""], key=len),
+    "quoted text upper": lambda q: _quoted(q).upper(),
+    "quoted text lower": lambda q: _quoted(q).lower(),
+    "quoted text capitalized": lambda q: " ".join(w.capitalize() for w in _quoted(q).split()),
+    "the question": lambda q: q,
+    "yes or no": lambda q: "yes or no",
 }
 """Name -> the answer it gives to a question; every policy reads only the question's surface."""
 

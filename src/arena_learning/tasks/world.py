@@ -86,13 +86,16 @@ class CategoryInfo:
     tiers: str
     chance: float
     """The exact-answer share of the best shortcut policy (a constant, positional, length or
-    direction-blind answer) on a balanced set: what a model gets without doing the task."""
+    direction-blind answer) on a balanced set: what a model gets without doing the task. Letter
+    case's is a third: "uppercase the quoted text, whatever is asked" does one of its three kinds.
+    Partial credit is no way around it: each policy's mean score is at most 10 x chance (tested)."""
 
 
 CATEGORY_INFO: dict[str, CategoryInfo] = {
     "arithmetic": CategoryInfo(
         "add or subtract two 2-3 digit numbers", "numeric",
-        "10: the first number of the first line is the result; 7 within 1%, 3 within 10% or right but not first",
+        "10: the first number of the first line is the result; 7 within 1%, 3 within 10% (an operand never) or right "
+        "but not first",
         "1: no carry (or borrow), 2: one, 3: two or more", 0.02),
     "word_problem": CategoryInfo(
         "a one-step word problem: gets more, gives away, groups of, shares equally", "numeric",
@@ -108,16 +111,18 @@ CATEGORY_INFO: dict[str, CategoryInfo] = {
         "1: 1-9 days within the month, 2: 10-20 days within the month, 3: into the next month", 0.02),
     "comparison": CategoryInfo(
         "the larger or the smaller of two numbers with the same number of digits", "numeric",
-        "10: the first number of the first line is the reference",
+        "10: the first number of the first line is the reference; no partial credit (both numbers listed: a hedge)",
         "1: 2 digits, 2: 3 digits, 3: 3 digits with the same hundreds",
         0.5),
     "yes_no": CategoryInfo(
         "a yes/no question: even or odd, divisible by 2-9, greater than", "text",
-        "10: 'yes' or 'no' as the first line (case and punctuation ignored); 6 if the word is in the first line",
+        "10: 'yes' or 'no' as the first line (case and punctuation ignored); 6 if the word is in the first line "
+        "(0 if the other is too)",
         "1: even/odd, 2: greater than, 3: divisible by", 0.5),
     "sorting": CategoryInfo(
         "sort 3-6 numbers from smallest to largest or from largest to smallest", "list",
-        "10: the sorted list (first line); else 8 x the share of positions right, if the numbers are the same",
+        "10: the sorted list (first line); else 8 x the share of the positions the shown order has wrong that are "
+        "now right, if the numbers are the same (the opposite order: 0)",
         "1: 3 numbers, 2: 4-5 numbers, 3: 6 numbers", 0.5),
     "sequence": CategoryInfo(
         "the next number of a sequence of four", "numeric",
@@ -129,8 +134,9 @@ CATEGORY_INFO: dict[str, CategoryInfo] = {
         "1: 3-8 numbers in a list, 2: letters in a word of 4-7, 3: a letter 1-3 times", 0.17),
     "letter_case": CategoryInfo(
         "a word in uppercase, a mixed-case word in lowercase, words with each word capitalized", "word",
-        "10: exactly the reference (quotes, final period ignored); 5 right but for case; 4 buried as a whole word",
-        "1: uppercase, 2: lowercase, 3: capitalize each of 2-3 words", 0.01),
+        "10: exactly the reference (quotes, final period ignored); 5 right but for case (the word as shown: 0); 4 "
+        "buried as a whole word",
+        "1: uppercase, 2: lowercase, 3: capitalize each of 2-3 words", 0.34),
     "reverse": CategoryInfo(
         "a word spelled backwards, a number's digits or three words in reverse order", "word",
         "10: exactly the reference (quotes, final period ignored); 5 right but for case; 4 buried as a whole word",
