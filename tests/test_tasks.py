@@ -101,6 +101,7 @@ def test_list_checker_credits_positions_only_for_the_same_items(answer, score):
     ("Sort these numbers from smallest to largest: 3, 41, 4.", "3,4,41", "list", "4, 3, 41", 0),
     ("Sort these numbers from smallest to largest: 3, 41, 4.", "3,4,41", "list", "41, 4, 3", 0),
     ("Sort these numbers from largest to smallest: 4, 41, 3, 9.", "41,9,4,3", "list", "41, 4, 9, 3", 4),
+    ("Sort these numbers from smallest to largest: 3, 4, 41.", "3,4,41", "list", "3, 41, 4", 0),  # shown sorted
 ])
 def test_partial_credit_is_only_for_what_an_answer_adds_to_the_question(question, reference, checker, answer, score):
     p = Prompt(id="x", turns=[question], reference=[reference], checker=checker, meta={"closeness": True})

@@ -126,7 +126,8 @@ def check_list(answer: str, reference: str, meta: dict, question: str = "") -> f
 
     The same numbers are needed; the list in the opposite order earns nothing (a direction-blind sort),
     nor the list as shown: credit is 8 x (positions right - the shown order's) / (positions the shown
-    order has wrong), at least 0. Without the question, the shown order counts no position right.
+    order has wrong), at least 0 (0 when the question shows the list sorted). Without the question, the shown
+    order counts no position right.
     """
     want = [float(x) for x in reference.split(",")]
     got = _numbers(_first_line(answer))[: len(want) + 2]
@@ -136,6 +137,8 @@ def check_list(answer: str, reference: str, meta: dict, question: str = "") -> f
         return 0.0
     shown = _numbers(question)[-len(want):]
     had = sum(1 for a, b in zip(shown, want) if a == b) if sorted(shown) == sorted(want) else 0
+    if had == len(want):  # the question showed the list sorted (suite 1 does, now and then): nothing to add
+        return 0.0
     right = sum(1 for a, b in zip(got, want) if a == b)
     return round(8.0 * max(0, right - had) / (len(want) - had), 2)
 
