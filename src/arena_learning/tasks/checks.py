@@ -170,7 +170,7 @@ def check_date(answer: str, reference: str, meta: dict, question: str = "") -> f
     return 0.0
 
 
-CHECKERS: dict[str, Callable[..., float]] = {
+CHECKERS: dict[str, Callable[[str, str, dict, str], float]] = {
     "numeric": check_numeric,
     "text": check_text,
     "exact": check_exact,
