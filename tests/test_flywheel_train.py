@@ -69,6 +69,15 @@ def test_verifier_reward_scores_completions_as_the_arena_would():
     ids = [p.id for p in PROMPTS[:2]]
     got = reward(prompts=["", ""], completions=[f" {PROMPTS[0].reference[0]}\nQuestion: x", " wrong"], prompt_id=ids)
     assert got[0] == 1.0 and got[1] < 1.0
+    # chance-corrected: what the answer would earn without reading its question is taken off
+    world = generate_tasks(48, seed=3, suite=2)
+    yes_no = [p for p in world if p.category == "yes_no"]
+    corrected = train.verifier_reward(world, TARGET, chance_corrected=True)
+    got = corrected(prompts=[""] * len(yes_no), completions=[" yes"] * len(yes_no), prompt_id=[p.id for p in yes_no])
+    assert sorted(set(got)) == [-0.5, 0.5] and sum(got) == 0
+    assert corrected.__name__ == "verifier_above_chance"
+    with pytest.raises(ValueError, match="chance_corrected needs reward: verifier"):
+        RLSettings(chance_corrected=True)
 
 
 def test_last_checkpoint_skips_partial_saves(tmp_path):
@@ -128,6 +137,19 @@ def test_reward_model_then_rloo_with_it(stages, tmp_path):
     tok = AutoTokenizer.from_pretrained(rm.model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(rm.model_dir)
     assert model(**tok(["Question: 1+1\nAnswer: 2"], return_tensors="pt")).logits.shape == (1, 1)
+
+
+@pytest.mark.slow
+def test_grpo_with_the_chance_corrected_verifier_reward(stages, tmp_path):
+    """GRPO on world prompts, rewarded by the checker minus what each completion earns without its question."""
+    world = [p for p in generate_tasks(24, seed=5, suite=2) if p.category in ("yes_no", "comparison")]
+    settings = RLSettings(**TINY, reward="verifier", chance_corrected=True, algorithm="grpo", num_generations=2,
+                          max_completion_length=4)
+    rl = train.train_rl("bundled", world, stages / "grpo", settings, spec=TARGET)
+    assert rl.steps == 1 and rl.kind == "grpo"
+    logged = json.loads((stages / "grpo" / train.LOSSES).read_text())
+    assert "rewards/verifier_above_chance/mean" in logged["log"][0], logged
+    assert answers_through_the_arena(rl.model_dir, tmp_path / "ws").sent == 3
 
 
 @pytest.mark.slow

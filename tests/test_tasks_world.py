@@ -13,7 +13,7 @@ from arena_learning.errors import ConfigError
 from arena_learning.flywheel.rounds import task_slice
 from arena_learning.flywheel.settings import SliceSpec
 from arena_learning.tasks import check, check_date, generate_tasks, suite_categories
-from arena_learning.tasks.shortcuts import POLICIES, follows_shortcut, policy_exact
+from arena_learning.tasks.shortcuts import POLICIES, SurfaceChance, follows_shortcut, policy_exact
 from arena_learning.tasks.world import CATEGORIES, CATEGORY_INFO, WORDS
 
 STRUCTURAL = {"first number", "second number", "last number", "largest number", "smallest number", "yes", "no",
@@ -97,6 +97,30 @@ def test_no_shortcut_earns_partial_credit_above_chance():
     for p in generate_tasks(360, seed=0):
         for fn in POLICIES.values():
             assert 0 <= check(p, [fn(p.turns[0])]) <= 10
+
+
+def test_surface_chance_leaves_nothing_to_a_policy_and_half_to_a_right_yes():
+    """Reward minus ``SurfaceChance``: every policy, and a constant in other words, nets about 0 per category;
+    the right answer keeps what it earns beyond chance (0.5 on yes/no, comparison and sorting)."""
+    prompts = generate_tasks(12 * 40, seed=12, suite=2)
+    chance = SurfaceChance(prompts)
+
+    def net(items, answers):
+        return sum(check(p, [a]) / 10 - chance.of(p, a) for p, a in zip(items, answers)) / len(items)
+
+    for cat in CATEGORIES:
+        items = [p for p in prompts if p.category == cat]
+        for name, fn in POLICIES.items():
+            assert net(items, [fn(p.turns[0]) for p in items]) <= 0.02, (cat, name)
+        right = net(items, [p.reference[0] for p in items])
+        assert right >= (0.45 if CATEGORY_INFO[cat].chance >= 0.3 else 0.8), (cat, right)
+    yes_no = [p for p in prompts if p.category == "yes_no"]
+    for constant in ("Yes, it is.", "NO!", "yes\nbecause"):
+        assert abs(net(yes_no, [constant] * len(yes_no))) <= 0.02, constant
+    first = yes_no[0]
+    wrong = "no" if first.reference[0] == "yes" else "yes"
+    assert chance.of(first, first.reference[0]) == 0.5 and check(first, [wrong]) / 10 - chance.of(first, wrong) == -0.5
+    assert chance.of(first, "") == 0.0
 
 
 def test_follows_shortcut_flags_a_positional_model_and_not_a_right_one():

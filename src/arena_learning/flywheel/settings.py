@@ -162,6 +162,18 @@ class RLSettings(TrainSettings):
     num_generations: int = Field(4, ge=2, description="completions sampled per prompt")
     max_completion_length: int = Field(64, ge=1)
     temperature: float = Field(1.0, gt=0.0)
+    chance_corrected: bool = Field(False, exclude_if=lambda v: not v,
+                                   description="reward: verifier only: each completion's reward minus what it would "
+                                   "earn without reading its question (a surface policy's exact share on its "
+                                   "category, or its score on the category's other prompts: "
+                                   "tasks.shortcuts.SurfaceChance), so a constant 'yes' earns 0 on average")
+
+    @model_validator(mode="after")
+    def _chance_needs_verifier(self) -> RLSettings:
+        if self.chance_corrected and self.reward != "verifier":
+            raise ValueError("chance_corrected needs reward: verifier (it rescores completions with the task "
+                             "checkers; a reward model's scores have no chance level to subtract)")
+        return self
 
 
 # ---- the flywheel run ------------------------------------------------------------------

@@ -182,20 +182,29 @@ def clean_completion(spec: ModelSpec | None, text: str) -> str:
     return text.strip()
 
 
-def verifier_reward(prompts: Sequence[Prompt], spec: ModelSpec | None = None) -> Callable[..., list[float]]:
-    """Return a TRL reward function: the task suite's checker score of each completion, scaled to 0-1."""
+def verifier_reward(prompts: Sequence[Prompt], spec: ModelSpec | None = None, *,
+                    chance_corrected: bool = False) -> Callable[..., list[float]]:
+    """Return a TRL reward function: the task suite's checker score of each completion, scaled to 0-1.
+
+    ``chance_corrected``: minus what the completion would earn without reading its question
+    (``tasks.shortcuts.SurfaceChance`` over ``prompts``): -1 to 1, 0 on average for a constant or a
+    positional answer on a balanced category, as for an empty one.
+    """
     from ..tasks import check
+    from ..tasks.shortcuts import SurfaceChance
 
     by_id = {p.id: p for p in prompts}
+    chance = SurfaceChance(prompts) if chance_corrected else None
 
     def reward(prompts: list, completions: list, prompt_id: list[str], **_: Any) -> list[float]:
         out = []
         for pid, comp in zip(prompt_id, completions):
-            text = comp if isinstance(comp, str) else comp[-1]["content"]
-            out.append(check(by_id[pid], [clean_completion(spec, text)]) / 10.0)
+            text = clean_completion(spec, comp if isinstance(comp, str) else comp[-1]["content"])
+            score = check(by_id[pid], [text]) / 10.0
+            out.append(score - chance.of(by_id[pid], text) if chance is not None else score)
         return out
 
-    reward.__name__ = "verifier"
+    reward.__name__ = "verifier_above_chance" if chance_corrected else "verifier"
     return reward
 
 
@@ -530,7 +539,7 @@ def train_rl(base: str | Path, prompts: Sequence[Prompt], stage: str | Path, set
             raise ValueError("RL with reward: model needs a reward model folder (train one with train_reward)")
         reward: Any = str(Path(reward_model))
     else:
-        reward = verifier_reward(prompts, spec)
+        reward = verifier_reward(prompts, spec, chance_corrected=s.chance_corrected)
     started = time.perf_counter()
     stage_p, base_p = _prepare(stage, base, retrain)
     import trl

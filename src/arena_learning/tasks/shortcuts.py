@@ -11,6 +11,7 @@ Hand-written: these policies are the suite's own rules turned around; no library
 
 from __future__ import annotations
 
+import random
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from ..records import Prompt
 from .checks import check
 
 _NUMBER = re.compile(r"-?\d+")
+_TOKEN = re.compile(r"[a-z0-9]+")
 _QUOTED = re.compile(r"'([^']*)'")
 
 
@@ -85,6 +87,60 @@ def policy_exact(prompts: Sequence[Prompt]) -> dict[str, dict[str, float]]:
         row[f"constant {common!r}"] = count / len(items)
         out[cat] = row
     return out
+
+
+def _tokens(text: str) -> list[str]:
+    """The first non-empty line's lowercase words and numbers: "Yes!" and "yes." are one answer."""
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    return _TOKEN.findall(first.lower())
+
+
+class SurfaceChance:
+    """What an answer would earn without reading its question, on the categories of ``prompts`` (0-1).
+
+    Two ways an answer can ignore its question, and what each earns:
+
+    - it is what a surface policy (``POLICIES``: "yes", the first number, ascending whatever asked)
+      gives this question: the policy's mean checker score (0-1, partial credit included) on the
+      category's prompts;
+    - it fits the category's questions whatever they ask (a constant in any wording: "Yes, it is."):
+      its own mean checker score, 0-1, on the category's prompts (its own prompt and up to ``others``
+      more, a seeded sample where there are more).
+
+    ``of(prompt, answer)`` is the larger of the two (0 where neither applies). A reward minus it pays an
+    answer only for what it gets right beyond chance: a bare "yes" on a balanced yes/no category earns
+    +0.5 where right and -0.5 where wrong, 0 on average, as an empty answer does, so a policy that
+    ignores the question gains nothing over one that says nothing (``training.rl.chance_corrected``:
+    the verifier's reward taught a 270M model "no" to 20 of 24 yes/no items, stop 31).
+    """
+
+    def __init__(self, prompts: Sequence[Prompt], *, others: int = 64, seed: int = 0) -> None:
+        self.by_cat: dict[str, list[Prompt]] = defaultdict(list)
+        for p in prompts:
+            if p.checker is not None and p.reference and p.turns:
+                self.by_cat[p.category or ""].append(p)
+        self.rates = {cat: {name: sum(check(p, [fn(p.turns[0])]) for p in items) / (10.0 * len(items))
+                            for name, fn in POLICIES.items()} for cat, items in self.by_cat.items()}
+        self.others = others
+        self.rng_seed = seed
+
+    def _category(self, prompt: Prompt) -> list[Prompt]:
+        items = [p for p in self.by_cat.get(prompt.category or "", []) if p.id != prompt.id]
+        if len(items) > self.others:
+            items = random.Random(f"{self.rng_seed}:{prompt.id}").sample(items, self.others)
+        return [prompt, *items]
+
+    def of(self, prompt: Prompt, answer: str) -> float:
+        """Return what ``answer`` would earn on ``prompt``'s category without reading ``prompt`` (0-1)."""
+        words = _tokens(answer)
+        if not words or not prompt.turns:
+            return 0.0
+        rates = self.rates.get(prompt.category or "", {})
+        question = prompt.turns[0]
+        best = max((rates.get(name, 0.0) for name, fn in POLICIES.items()
+                    if (said := fn(question)).strip() and _tokens(said) == words), default=0.0)
+        items = self._category(prompt)
+        return max(best, sum(check(p, [answer]) for p in items) / (10.0 * len(items)))
 
 
 @dataclass(frozen=True)
