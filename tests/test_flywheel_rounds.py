@@ -265,6 +265,23 @@ def test_flywheel_json_has_the_round_table(killed_and_resumed):
 
 
 @pytest.mark.slow
+def test_a_plain_rerun_keeps_the_ablations_the_workspace_trained(killed_and_resumed):
+    """Without --baselines a rerun still rates the variants trained earlier (it used to drop their test battles)."""
+    k = killed_and_resumed
+    cmd = [*ARENA, "flywheel", str(k["tmp"] / "fw.yaml"), "-w", str(k["ws"]), "--set", "training.sft.max_steps=6",
+           "--json"]
+    third = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert third.returncode == 0, third.stderr[-3000:]
+    abl = {a["key"]: a for a in json.loads(third.stdout)["ablations"]}
+    assert set(abl) == {"r0.0-sft-random", "r1.0-sft-random"} and all(a["rating"] is not None for a in abl.values())
+    assert "done in an earlier run" in third.stderr and "training the" not in third.stderr  # nothing retrained
+    with sqlite3.connect(k["ws"] / "arena.db") as db:
+        kept = db.execute("SELECT COUNT(*) FROM battles WHERE set_name='test' AND (model_a LIKE '%-random' "
+                          "OR model_b LIKE '%-random')").fetchone()[0]
+    assert kept > 0
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,out", [("sft", "sft.jsonl"), ("dpo", "dpo.parquet"), ("rm", "rm_hf")])
 def test_arena_harvest_exports_a_flywheel_slice(killed_and_resumed, kind, out):
     from datasets import load_dataset, load_from_disk

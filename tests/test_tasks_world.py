@@ -110,10 +110,17 @@ def test_surface_chance_leaves_nothing_to_a_policy_and_half_to_a_right_yes():
 
     for cat in CATEGORIES:
         items = [p for p in prompts if p.category == cat]
+        ruled = CATEGORY_INFO[cat].chance >= 0.3  # a rule that ignores the question passes a third or more
         for name, fn in POLICIES.items():
-            assert net(items, [fn(p.turns[0]) for p in items]) <= 0.02, (cat, name)
+            ruling = chance.rates[cat][name] >= chance.floor  # a rule: nothing left; a guess keeps its few points
+            assert net(items, [fn(p.turns[0]) for p in items]) <= (0.02 if ruling else chance.floor), (cat, name)
         right = net(items, [p.reference[0] for p in items])
-        assert right >= (0.45 if CATEGORY_INFO[cat].chance >= 0.3 else 0.8), (cat, right)
+        assert right >= (0.45 if ruled else 0.8), (cat, right)
+    # below the floor nothing is taken off: a near miss is a guess, not a rule (0.25 of the points at most), so a
+    # wrong answer is never worse than an empty one there (without the floor GRPO learned to answer nothing)
+    sums = [p for p in prompts if p.category == "arithmetic"]
+    assert all(chance.of(p, str(int(p.reference[0]) + 1)) == 0.0 for p in sums)
+    assert SurfaceChance(prompts, floor=0.0).of(sums[0], str(int(sums[0].reference[0]) + 1)) > 0
     yes_no = [p for p in prompts if p.category == "yes_no"]
     for constant in ("Yes, it is.", "NO!", "yes\nbecause"):
         assert abs(net(yes_no, [constant] * len(yes_no))) <= 0.02, constant

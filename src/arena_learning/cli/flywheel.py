@@ -233,7 +233,8 @@ def flywheel_command(
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a config field, e.g. --set "
                                                       "training.sft.epochs=1 (repeatable)")] = None,
     baselines: Annotated[str | None, typer.Option(help="comma-separated selection baselines (all, random, "
-                                                     "longest) trained side by side for the ablation")] = None,
+                                                     "longest) trained side by side for the ablation; a later run "
+                                                     "without it keeps rating those trained, '' drops them")] = None,
     print_launch: Annotated[bool, typer.Option("--print-launch", help="print the command that trains each stage "
                                                "(training.launch: inprocess, accelerate or torchrun) and exit; "
                                                "runs nothing")] = False,

@@ -81,7 +81,7 @@ from .harvest import (
     select_sft,
     with_own_right,
 )
-from .settings import FlywheelConfig, RoundSpec, SFTSettings, SliceDecontam, SliceSpec, StageSpec
+from .settings import BASELINES, FlywheelConfig, RoundSpec, SFTSettings, SliceDecontam, SliceSpec, StageSpec
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
 TEST_SET = pipeline.TEST_SET
@@ -273,11 +273,16 @@ class Flywheel:
         self.accept_judge_risk = accept_judge_risk  # harvest even from a judge that failed its canaries
         self.store = store
         self.show_progress = show_progress
-        self.baselines = list(cfg.harvest.baselines if baselines is None else baselines)
         self.say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.root = store.root / "flywheel"
         self.root.mkdir(parents=True, exist_ok=True)
         self.state: FlywheelState = load_state(self.root / STATE_FILE)
+        self.baselines = list(cfg.harvest.baselines if baselines is None else baselines)
+        if baselines is None:
+            # A plain rerun keeps the ablations this workspace trained (`--baselines` once) in its table: rating
+            # without them would drop their battles from the test set. `--baselines` chooses exactly ('': none).
+            trained = {rec.ablation for rec in self.state.stages.values() if rec.status == "done"}
+            self.baselines += [b for b in BASELINES if b in trained and b not in self.baselines]
         self.refs = list(cfg.references)
         self._slices: dict[str, list[Prompt]] = {}
         self._test: list[Prompt] | None = None

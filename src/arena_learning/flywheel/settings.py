@@ -167,6 +167,10 @@ class RLSettings(TrainSettings):
                                    "earn without reading its question (a surface policy's exact share on its "
                                    "category, or its score on the category's other prompts: "
                                    "tasks.shortcuts.SurfaceChance), so a constant 'yes' earns 0 on average")
+    chance_floor: float = Field(0.25, ge=0.0, le=1.0, exclude_if=lambda v: v == 0.25,
+                                description="chance_corrected: what an answer would earn without its question is "
+                                "taken off only from this much on (below it, a guess: 0 there made an empty answer "
+                                "the best reply to every question a model got wrong)")
 
     @model_validator(mode="after")
     def _chance_needs_verifier(self) -> RLSettings:

@@ -183,18 +183,18 @@ def clean_completion(spec: ModelSpec | None, text: str) -> str:
 
 
 def verifier_reward(prompts: Sequence[Prompt], spec: ModelSpec | None = None, *,
-                    chance_corrected: bool = False) -> Callable[..., list[float]]:
+                    chance_corrected: bool = False, chance_floor: float = 0.25) -> Callable[..., list[float]]:
     """Return a TRL reward function: the task suite's checker score of each completion, scaled to 0-1.
 
     ``chance_corrected``: minus what the completion would earn without reading its question
-    (``tasks.shortcuts.SurfaceChance`` over ``prompts``): -1 to 1, 0 on average for a constant or a
-    positional answer on a balanced category, as for an empty one.
+    (``tasks.shortcuts.SurfaceChance`` over ``prompts``, from ``chance_floor`` on): -1 to 1, 0 on average
+    for a constant or a positional answer on a balanced category, as for an empty one.
     """
     from ..tasks import check
     from ..tasks.shortcuts import SurfaceChance
 
     by_id = {p.id: p for p in prompts}
-    chance = SurfaceChance(prompts) if chance_corrected else None
+    chance = SurfaceChance(prompts, floor=chance_floor) if chance_corrected else None
 
     def reward(prompts: list, completions: list, prompt_id: list[str], **_: Any) -> list[float]:
         out = []
@@ -539,7 +539,7 @@ def train_rl(base: str | Path, prompts: Sequence[Prompt], stage: str | Path, set
             raise ValueError("RL with reward: model needs a reward model folder (train one with train_reward)")
         reward: Any = str(Path(reward_model))
     else:
-        reward = verifier_reward(prompts, spec, chance_corrected=s.chance_corrected)
+        reward = verifier_reward(prompts, spec, chance_corrected=s.chance_corrected, chance_floor=s.chance_floor)
     started = time.perf_counter()
     stage_p, base_p = _prepare(stage, base, retrain)
     import trl

@@ -107,14 +107,20 @@ class SurfaceChance:
       its own mean checker score, 0-1, on the category's prompts (its own prompt and up to ``others``
       more, a seeded sample where there are more).
 
-    ``of(prompt, answer)`` is the larger of the two (0 where neither applies). A reward minus it pays an
-    answer only for what it gets right beyond chance: a bare "yes" on a balanced yes/no category earns
-    +0.5 where right and -0.5 where wrong, 0 on average, as an empty answer does, so a policy that
+    ``of(prompt, answer)`` is the larger of the two where it reaches ``floor``, else 0. A reward minus it
+    pays an answer only for what it gets right beyond chance: a bare "yes" on a balanced yes/no category
+    earns +0.5 where right and -0.5 where wrong, 0 on average, as an empty answer does, so a policy that
     ignores the question gains nothing over one that says nothing (``training.rl.chance_corrected``:
     the verifier's reward taught a 270M model "no" to 20 of 24 yes/no items, stop 31).
+
+    ``floor``: below it an answer is a guess, not a rule, and nothing is taken off. Without it a wrong
+    sum lost the few hundredths its near misses on other prompts would earn, an empty answer became the
+    best reply to every question the model got wrong, and GRPO, which scales each prompt's rewards by
+    their spread, made that difference large: an RL stage learned to answer nothing (stop 32: 1 exact
+    answer of 288, from 21).
     """
 
-    def __init__(self, prompts: Sequence[Prompt], *, others: int = 64, seed: int = 0) -> None:
+    def __init__(self, prompts: Sequence[Prompt], *, others: int = 64, seed: int = 0, floor: float = 0.25) -> None:
         self.by_cat: dict[str, list[Prompt]] = defaultdict(list)
         for p in prompts:
             if p.checker is not None and p.reference and p.turns:
@@ -123,6 +129,7 @@ class SurfaceChance:
                             for name, fn in POLICIES.items()} for cat, items in self.by_cat.items()}
         self.others = others
         self.rng_seed = seed
+        self.floor = floor
 
     def _category(self, prompt: Prompt) -> list[Prompt]:
         items = [p for p in self.by_cat.get(prompt.category or "", []) if p.id != prompt.id]
@@ -140,7 +147,8 @@ class SurfaceChance:
         best = max((rates.get(name, 0.0) for name, fn in POLICIES.items()
                     if (said := fn(question)).strip() and _tokens(said) == words), default=0.0)
         items = self._category(prompt)
-        return max(best, sum(check(p, [answer]) for p in items) / (10.0 * len(items)))
+        best = max(best, sum(check(p, [answer]) for p in items) / (10.0 * len(items)))
+        return best if best >= self.floor else 0.0
 
 
 @dataclass(frozen=True)
