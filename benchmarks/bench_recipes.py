@@ -108,6 +108,12 @@ def _delta(d: Delta | None) -> str:
     return f"{d.rating:+.1f}{ci}"
 
 
+def _exact(e: Any) -> str:
+    if e is None:
+        return "-"
+    return f"{e.n}/{e.of}" + ("" if e.gained is None else f" (+{e.gained} -{e.lost})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="?", default=str(ROOT / "examples" / "flywheel-world.yaml"))
@@ -137,19 +143,16 @@ def main(argv: list[str] | None = None) -> int:
         minutes = (time.perf_counter() - started) / 60
         state = load_state(state_path(ws))
         for r in report.rounds:
-            rec = next((s for s in state.stages.values() if s.round == r.round), None)
+            rec = next((s for s in state.stages.values() if s.round == r.round and s.ablation is None), None)
             spent = sum(rec.seconds.spent().values()) / 60 if rec is not None else 0.0
-            exact = "-" if r.exact is None else f"{r.exact.n}/{r.exact.of}" + (
-                "" if r.exact.gained is None else f" (+{r.exact.gained} -{r.exact.lost})")
             p = r.delta_prev.p_better if r.delta_prev is not None else None
             rows.append((name, f"{r.round} {'+'.join(r.stages)}", _delta(r.delta_prev),
-                         "-" if p is None else f"{p:.2f}", exact, f"{spent:.1f}"))
+                         "-" if p is None else f"{p:.2f}", _exact(r.exact), f"{spent:.1f}"))
         for x in report.ablations:
-            exact = "-" if x.exact is None else f"{x.exact.n}/{x.exact.of}" + (
-                "" if x.exact.gained is None else f" (+{x.exact.gained} -{x.exact.lost})")
             p = x.delta_prev.p_better if x.delta_prev is not None else None
+            minutes_spent = sum(x.seconds.spent().values()) / 60
             rows.append((name, f"{x.round} {x.kind}:{x.ablation}", _delta(x.delta_prev),
-                         "-" if p is None else f"{p:.2f}", exact, f"{sum(x.seconds.spent().values()) / 60:.1f}"))
+                         "-" if p is None else f"{p:.2f}", _exact(x.exact), f"{minutes_spent:.1f}"))
         print(f"[bench] recipe {name}: {minutes:.1f} min, workspace {ws}", flush=True)
     print(f"\n{'recipe':12} {'round':10} {'delta vs before [95% CI]':>26} {'P':>5} {'exact (gained lost)':>20} "
           f"{'min':>5}")

@@ -30,6 +30,7 @@ from ..config import (
 from ..curate.settings import EmbedSettings, NearCopySettings
 from ..scale.launch import LaunchSettings
 from ..tasks import SUITES, suite_categories
+from ..tasks.shortcuts import CHANCE_FLOOR
 
 PAPER = {
     "sft": {"learning_rate": 5e-6, "epochs": 3, "batch_size": 128},
@@ -164,10 +165,11 @@ class RLSettings(TrainSettings):
     temperature: float = Field(1.0, gt=0.0)
     chance_corrected: bool = Field(False, exclude_if=lambda v: not v,
                                    description="reward: verifier only: each completion's reward minus what it would "
-                                   "earn without reading its question (a surface policy's exact share on its "
-                                   "category, or its score on the category's other prompts: "
-                                   "tasks.shortcuts.SurfaceChance), so a constant 'yes' earns 0 on average")
-    chance_floor: float = Field(0.25, ge=0.0, le=1.0, exclude_if=lambda v: v == 0.25,
+                                   "earn without reading its question (the mean score, 0-1, on its category's "
+                                   "prompts of the surface policy that gives it, or of the answer itself, from "
+                                   "chance_floor on: tasks.shortcuts.SurfaceChance), so a constant 'yes' earns 0 "
+                                   "on average")
+    chance_floor: float = Field(CHANCE_FLOOR, ge=0.0, le=1.0, exclude_if=lambda v: v == CHANCE_FLOOR,
                                 description="chance_corrected: what an answer would earn without its question is "
                                 "taken off only from this much on (below it, a guess: 0 there made an empty answer "
                                 "the best reply to every question a model got wrong)")

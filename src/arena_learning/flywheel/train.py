@@ -44,6 +44,7 @@ from ..engines.transformers_engine import clear_quantization, resolve_hf_folder
 from ..files import write_json
 from ..flywheel_state import TrainSummary
 from ..records import Prompt
+from ..tasks.shortcuts import CHANCE_FLOOR, SurfaceChance
 from .harvest import PreferenceItem, SFTItem
 from .settings import DPOSettings, RLSettings, RMSettings, SFTSettings, TrainSettings
 
@@ -183,7 +184,7 @@ def clean_completion(spec: ModelSpec | None, text: str) -> str:
 
 
 def verifier_reward(prompts: Sequence[Prompt], spec: ModelSpec | None = None, *,
-                    chance_corrected: bool = False, chance_floor: float = 0.25) -> Callable[..., list[float]]:
+                    chance_corrected: bool = False, chance_floor: float = CHANCE_FLOOR) -> Callable[..., list[float]]:
     """Return a TRL reward function: the task suite's checker score of each completion, scaled to 0-1.
 
     ``chance_corrected``: minus what the completion would earn without reading its question
@@ -191,7 +192,6 @@ def verifier_reward(prompts: Sequence[Prompt], spec: ModelSpec | None = None, *,
     for a constant or a positional answer on a balanced category, as for an empty one.
     """
     from ..tasks import check
-    from ..tasks.shortcuts import SurfaceChance
 
     by_id = {p.id: p for p in prompts}
     chance = SurfaceChance(prompts, floor=chance_floor) if chance_corrected else None

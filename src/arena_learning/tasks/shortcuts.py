@@ -24,6 +24,9 @@ _NUMBER = re.compile(r"-?\d+")
 _TOKEN = re.compile(r"[a-z0-9]+")
 _QUOTED = re.compile(r"'([^']*)'")
 
+CHANCE_FLOOR = 0.25
+"""``SurfaceChance``'s default floor: what an answer would earn without its question counts from this much on."""
+
 
 def _nums(q: str) -> list[int]:
     return [int(x) for x in _NUMBER.findall(q)]
@@ -120,7 +123,8 @@ class SurfaceChance:
     answer of 288, from 21).
     """
 
-    def __init__(self, prompts: Sequence[Prompt], *, others: int = 64, seed: int = 0, floor: float = 0.25) -> None:
+    def __init__(self, prompts: Sequence[Prompt], *, others: int = 64, seed: int = 0,
+                 floor: float = CHANCE_FLOOR) -> None:
         self.by_cat: dict[str, list[Prompt]] = defaultdict(list)
         for p in prompts:
             if p.checker is not None and p.reference and p.turns:
