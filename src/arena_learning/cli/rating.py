@@ -23,10 +23,13 @@ from .tables import fmt as _fmt
 from .tables import print_leaderboard
 
 if TYPE_CHECKING:
+    from ..config import RatingConfig
     from ..rating.boards import Board
     from ..rating.consistency import Consistency
+    from ..rating.paired import ModelDiff
 
-__all__ = ["compare_command", "ratings_command", "ratings_to_json", "register", "write_leaderboard_csv"]
+__all__ = ["compare_command", "ratings_command", "ratings_to_json", "register", "workspace_diff",
+           "write_leaderboard_csv"]
 
 
 RATINGS_HELP = (
@@ -302,19 +305,19 @@ def _print_names(console: Console, label: str, result: Consistency) -> None:
         console.print(escape(f"only on the reference: {', '.join(result.only_in_reference)}"), highlight=False)
 
 
-def diff_board(workspace: Path, model: str, other: str, json_out: bool, judge: str | None = None) -> None:
-    """Print ``arena leaderboard WS --diff MODEL OTHER``: the paired comparison of two models of a workspace.
+def workspace_diff(workspace: Path, model: str, other: str,
+                   judge: str | None = None) -> tuple[str, ModelDiff, int, RatingConfig]:
+    """Return (judge, the paired comparison of MODEL with OTHER, battles rated, rating settings) from a workspace's
+    test battles.
 
-    The rating difference with its CI from shared resamples (the workspace's own rating settings: an arena
-    run's, else a flywheel's), the share of resamples rating MODEL higher, MODEL's battles against OTHER, and
-    exact answers gained and lost per category where the prompts carry checker references.
+    The rating uses the workspace's own rating settings (an arena run's, else a flywheel's); exact answers
+    gained and lost per category where the prompts carry checker references.
     """
     from ..config import RatingConfig
     from ..rating.bt import RateOptions, rate
     from ..rating.counts import BattleTable
     from ..rating.paired import model_diff
     from ..store import DEFAULT_SET, Store
-    from .consoles import stdout_console
     from .peers import _pick_judge
 
     with _user_errors(), Store(workspace, readonly=True) as store:
@@ -332,14 +335,25 @@ def diff_board(workspace: Path, model: str, other: str, json_out: bool, judge: s
             raise ArenaError(f"the rating settings saved in {workspace} do not validate ({err}); rerun the run to "
                              "refresh them") from None
         fit = rate(BattleTable.from_battles(battles), RateOptions(**r.model_dump()))
-        diff = model_diff(fit, battles, model, other, prompts, answers)
+        return name, model_diff(fit, battles, model, other, prompts, answers), len(battles), r
+
+
+def diff_board(workspace: Path, model: str, other: str, json_out: bool, judge: str | None = None) -> None:
+    """Print ``arena leaderboard WS --diff MODEL OTHER``: the paired comparison of two models of a workspace.
+
+    The rating difference with its CI from shared resamples (``workspace_diff``), the share of resamples rating
+    MODEL higher, MODEL's battles against OTHER, and exact answers gained and lost per category.
+    """
+    from .consoles import stdout_console
+
+    name, diff, n_battles, r = workspace_diff(workspace, model, other, judge)
     if json_out:
         typer.echo(json.dumps({"judge": name, **diff.as_dict()}, indent=2))
         return
     from rich.markup import escape
 
     d, h = diff.delta, diff.head
-    t = Table(title=f"A = {escape(model)} against B = {escape(other)}: judge {escape(name)}, {len(battles)} battles, "
+    t = Table(title=f"A = {escape(model)} against B = {escape(other)}: judge {escape(name)}, {n_battles} battles, "
               f"{r.bootstrap} bootstrap rounds resampling {r.resample}s", title_justify="left")
     t.add_column("measure")
     t.add_column("value", justify="right")

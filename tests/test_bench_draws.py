@@ -1,0 +1,50 @@
+"""benchmarks/bench_draws.py: each draw is the config with other slices and sample seeds, the same test set;
+the goals are counted as issue 18 states them.
+
+The draws themselves are flywheel runs of about 16 minutes each, run by hand (figures in the README).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from arena_learning.config import load_config_file
+from arena_learning.flywheel.settings import FlywheelConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_draws", ROOT / "benchmarks" / "bench_draws.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up while being made
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_draw_moves_the_slices_and_samples_seeds_and_keeps_the_test_set():
+    mod = bench()
+    cfg = load_config_file(ROOT / "examples" / "flywheel.yaml", FlywheelConfig)
+    data = cfg.model_dump(mode="json", exclude_none=False)
+    same = mod.draw_config(data, 0)
+    assert same.model_dump() == cfg.model_dump()
+    two = mod.draw_config(data, 2)
+    assert {k: v.seed for k, v in two.pool.items()} == {k: v.seed + 2000 for k, v in cfg.pool.items()}
+    assert two.harvest.samples.seed == cfg.harvest.samples.seed + 2
+    assert two.tasks == cfg.tasks and two.rounds == cfg.rounds and two.training == cfg.training
+    assert data == cfg.model_dump(mode="json", exclude_none=False)  # the base is not changed in place
+
+
+def test_the_goals_are_issue_18s():
+    mod = bench()
+    rising = mod.DrawResult(0, 16.0, deltas=[(18.0, 10, 30), (12.4, -1, 27), (5.7, -5, 18)], exact=[28, 37, 42, 56],
+                            of=288, span={"rating": 20.0, "ci_low": 3.0, "ci_high": 35.0}, union_refs=38)
+    assert all(rising.goals().values())
+    fell = mod.DrawResult(0, 16.0, deltas=[(18.0, 10, 30), (-9.5, -25, 4)], exact=[28, 37, 42, 53, 52], of=288,
+                          span={"rating": 8.0, "ci_low": -7.9, "ci_high": 24.3}, union_refs=38,
+                          shortcuts=["yes_no: yes (agrees on 100%)"])
+    assert fell.goals() == {"every delta > 0": False, "last vs two before: CI > 0": False,
+                            "1.3x exact of two before": False, "above the references' union": True,
+                            "no shortcut": False}
