@@ -6,7 +6,8 @@ A flywheel run is deterministic, so one run's table is one draw of its training 
 seeds: whether a config "keeps rising" is a claim about many draws. Draw 0 is CONFIG as written
 (examples/flywheel.yaml by default); draw d > 0 moves every pool slice's seed by 1000 d and
 ``harvest.samples.seed`` by d. The test set stays, so every draw's models are rated on the same prompts.
-Each draw runs in ROOT/draw-d (a rerun with the same ROOT resumes it; a finished draw costs seconds).
+Each draw is ``arena flywheel CONFIG -w ROOT/draw-d --json --set ...`` in a process of its own (a rerun with
+the same ROOT resumes it; a finished draw costs a minute of rating).
 
 Printed per draw: each round's paired delta to the round before (95% CI, both rated on each bootstrap
 resample of the test prompts) and exact answers; the last round against the round two before it,
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from arena_learning.cli.rating import workspace_diff
-from arena_learning.config import load_config_file, validate_config
-from arena_learning.flywheel.rounds import FlywheelReport, run_flywheel, save_flywheel_config
+from arena_learning.config import load_config_file
 from arena_learning.flywheel.settings import FlywheelConfig
 from arena_learning.rating.paired import exact_answers
 from arena_learning.store import DEFAULT_SET, Store
@@ -43,18 +44,14 @@ SEED_STEP = 1000
 GOAL_RATIO = 1.3
 
 
-def draw_config(base: dict[str, Any], draw: int, quick: bool = False) -> FlywheelConfig:
-    """Return ``base`` (a flywheel config's data) for draw ``draw``: its slices' and samples' seeds moved."""
-    data = json.loads(json.dumps(base))
-    for spec in data.get("pool", {}).values():
-        if quick:
-            spec["n"] = 12
-        if draw and isinstance(spec, dict) and spec.get("seed") is not None:
-            spec["seed"] = int(spec["seed"]) + SEED_STEP * draw
-    samples = (data.get("harvest") or {}).get("samples")
-    if draw and samples:
-        samples["seed"] = int(samples.get("seed") or 0) + draw
-    return validate_config(data, FlywheelConfig, f"draw {draw}")
+def draw_sets(cfg: FlywheelConfig, draw: int) -> list[str]:
+    """Return the ``--set`` overrides that make draw ``draw`` of ``cfg``: its slices' and samples' seeds moved."""
+    if draw == 0:
+        return []
+    sets = [f"pool.{name}.seed={spec.seed + SEED_STEP * draw}" for name, spec in cfg.pool.items()]
+    if cfg.harvest.samples is not None:
+        sets.append(f"harvest.samples.seed={cfg.harvest.samples.seed + draw}")
+    return sets
 
 
 @dataclass
@@ -81,27 +78,27 @@ class DrawResult:
                 "no shortcut": not self.shortcuts}
 
 
-def measure(report: FlywheelReport, ws: Path, draw: int, minutes: float) -> DrawResult:
-    """Return draw ``draw``'s figures from its report and workspace."""
+def measure(report: dict[str, Any], ws: Path, draw: int, minutes: float) -> DrawResult:
+    """Return draw ``draw``'s figures from its ``arena flywheel --json`` report and its workspace."""
     out = DrawResult(draw, minutes)
-    for r in report.rounds:
-        d = r.delta_prev
+    rounds = report["rounds"]
+    for r in rounds:
+        d = r.get("delta_prev")
         if d is not None:
-            out.deltas.append((d.rating, d.ci_low, d.ci_high))
-        if r.exact is not None:
-            out.exact.append(r.exact.n)
-            out.of = r.exact.of
-    if report.base is not None and report.base.exact is not None:
-        out.base_exact = report.base.exact.n
-    last = report.rounds[-1]
-    out.shortcuts = list(last.shortcuts or [])
-    if len(report.rounds) >= 3:
-        _, diff, _, _ = workspace_diff(ws, last.model, report.rounds[-3].model)
-        out.span = {"vs": report.rounds[-3].model, "rating": diff.delta.rating, "ci_low": diff.delta.ci_low,
+            out.deltas.append((d["rating"], d.get("ci_low"), d.get("ci_high")))
+        if r.get("exact") is not None:
+            out.exact.append(r["exact"]["n"])
+            out.of = r["exact"]["of"]
+    if (report.get("base") or {}).get("exact") is not None:
+        out.base_exact = report["base"]["exact"]["n"]
+    out.shortcuts = list(rounds[-1].get("shortcuts") or [])
+    if len(rounds) >= 3:
+        _, diff, _, _ = workspace_diff(ws, rounds[-1]["model"], rounds[-3]["model"])
+        out.span = {"vs": rounds[-3]["model"], "rating": diff.delta.rating, "ci_low": diff.delta.ci_low,
                     "ci_high": diff.delta.ci_high, "p_better": diff.delta.p_better}
     with Store(ws, readonly=True) as store:
         correct = exact_answers(store.get_prompts(DEFAULT_SET), store.get_answers(set_name=DEFAULT_SET))
-    refs = [r.model for r in report.references]
+    refs = [r["model"] for r in report["references"]]
     out.union_refs = len({pid for m in refs for pid, ok in (correct.get(m) or {}).items() if ok})
     return out
 
@@ -124,18 +121,24 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--draws {args.draws!r}: write draw numbers separated by commas, e.g. 0,1,2")
     if not draws or any(d < 0 for d in draws):
         ap.error(f"--draws {args.draws!r}: give at least one draw number, none below 0")
-    base = load_config_file(args.config, FlywheelConfig, [*(QUICK if args.quick else []), *args.set])
-    data = base.model_dump(mode="json", exclude_none=False)
+    sets = [*(QUICK if args.quick else []), *args.set]
+    base = load_config_file(args.config, FlywheelConfig, sets)
+    if args.quick:
+        sets += [f"pool.{name}.n=12" for name in base.pool]
     root = Path(args.workspace) if args.workspace else Path(tempfile.mkdtemp(prefix="bench-draws-"))
     results: list[DrawResult] = []
     for d in draws:
-        cfg = draw_config(data, d, args.quick)
         ws = root / f"draw-{d}"
+        # Each draw is the user's own command in a process of its own: in one process, the llama.cpp
+        # contexts a run leaves behind can batch a later run's requests otherwise (see the README).
+        cmd = [sys.executable, "-m", "arena_learning", "flywheel", args.config, "-w", str(ws), "--json",
+               *(x for kv in [*sets, *draw_sets(base, d)] for x in ("--set", kv))]
         started = time.perf_counter()
-        with Store(ws) as store:
-            save_flywheel_config(cfg, store)
-            report = run_flywheel(cfg, store, show_progress=False)
-        results.append(measure(report, ws, d, (time.perf_counter() - started) / 60))
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"draw {d}: arena flywheel exited with {done.returncode} (its log is above; the "
+                             f"workspace {ws} resumes)")
+        results.append(measure(json.loads(done.stdout), ws, d, (time.perf_counter() - started) / 60))
         print(f"[bench] draw {d}: {results[-1].minutes:.1f} min, workspace {ws}", flush=True)
 
     print(f"\n{'draw':>4}  {'paired delta of each round to the one before [95% CI]':60} {'exact per round':26} "
