@@ -7,7 +7,7 @@ seeds: whether a config "keeps rising" is a claim about many draws. Draw 0 is CO
 (examples/flywheel.yaml by default); draw d > 0 moves every pool slice's seed by 1000 d and
 ``harvest.samples.seed`` by d. The test set stays, so every draw's models are rated on the same prompts.
 Each draw is ``arena flywheel CONFIG -w ROOT/draw-d --json --set ...`` in a process of its own (a rerun with
-the same ROOT resumes it; a finished draw costs a minute of rating).
+the same ROOT resumes it; a finished draw costs seconds).
 
 Printed per draw: each round's paired delta to the round before (95% CI, both rated on each bootstrap
 resample of the test prompts) and exact answers; the last round against the round two before it,
@@ -48,7 +48,12 @@ def draw_sets(cfg: FlywheelConfig, draw: int) -> list[str]:
     """Return the ``--set`` overrides that make draw ``draw`` of ``cfg``: its slices' and samples' seeds moved."""
     if draw == 0:
         return []
-    sets = [f"pool.{name}.seed={spec.seed + SEED_STEP * draw}" for name, spec in cfg.pool.items()]
+    stored = [name for name, spec in cfg.pool.items() if spec.set is not None]
+    if stored:
+        raise SystemExit(f"pool slices {', '.join(stored)} are stored prompt sets: a draw moves task-suite seeds, "
+                         "so only draw 0 runs on them (or give those slices task prompts: n and seed)")
+    sets = [f"pool.{name}.seed={cfg.slice_seed(pos, spec) + SEED_STEP * draw}"
+            for pos, (name, spec) in enumerate(cfg.pool.items())]
     if cfg.harvest.samples is not None:
         sets.append(f"harvest.samples.seed={cfg.harvest.samples.seed + draw}")
     return sets

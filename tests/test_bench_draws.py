@@ -34,6 +34,10 @@ def test_a_draw_moves_the_slices_and_samples_seeds_and_keeps_the_test_set():
     assert two.harvest.samples.seed == cfg.harvest.samples.seed + 2
     assert two.tasks == cfg.tasks and two.rounds == cfg.rounds and two.training == cfg.training
     assert two.references == cfg.references and two.target == cfg.target
+    # a slice without a seed moves from its default (1000 + its position), as the flywheel makes it
+    unseeded = load_config_file(path, FlywheelConfig, ["pool.D2.seed=null"])
+    moved = load_config_file(path, FlywheelConfig, ["pool.D2.seed=null", *mod.draw_sets(unseeded, 1)])
+    assert moved.pool["D2"].seed == FlywheelConfig.slice_seed(2, unseeded.pool["D2"]) + 1000 == 2002
 
 
 def test_the_goals_are_issue_18s():
