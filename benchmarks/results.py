@@ -1,0 +1,98 @@
+"""The results log: every measured figure with its date, commit, machine and command, append-only.
+
+``benchmarks/results.jsonl`` holds one JSON object a line; the latest record of a figure is its
+current value (the README and the docs' results page show that one, ``make bench-check`` compares a
+new run with it). A benchmark records what it measured with ``record(...)``; nothing is ever
+rewritten, so the file is also the history.
+
+    {"figure": "battle_stage.cold_s", "value": 1.42, "unit": "s", "better": "lower",
+     "date": "2026-12-04", "commit": "1e8d138", "machine": "2 cores, AMD EPYC ...",
+     "command": "python benchmarks/bench_battle_stage.py --repeat 3", "note": "3,123 judge calls"}
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+LOG = Path(__file__).resolve().parent / "results.jsonl"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure: what, how much, which way is better, and where and how it was measured."""
+
+    figure: str
+    value: float
+    unit: str
+    better: Literal["lower", "higher"]
+    date: str
+    commit: str
+    machine: str
+    command: str
+    note: str = ""
+
+
+def machine() -> str:
+    """Return a short description of this machine: cores and CPU model."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}"
+
+
+def commit() -> str:
+    """Return the short commit of the checkout, with '+' when the work tree has changes ('' outside git)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+" if dirty else "")
+
+
+def record(figure: str, value: float, unit: str, better: Literal["lower", "higher"], command: str,
+           note: str = "", log: Path = LOG) -> Figure:
+    """Append one measured figure to the log and return it."""
+    if better not in ("lower", "higher"):
+        raise ValueError(f"better must be 'lower' or 'higher', not {better!r} (figure {figure})")
+    fig = Figure(figure=figure, value=float(value), unit=unit, better=better,
+                 date=_dt.date.today().isoformat(), commit=commit(), machine=machine(),
+                 command=command, note=note)
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(asdict(fig), ensure_ascii=False) + "\n")
+    return fig
+
+
+def history(log: Path = LOG) -> list[Figure]:
+    """Return every record of the log, oldest first (an absent log is empty)."""
+    if not log.is_file():
+        return []
+    out = []
+    for n, line in enumerate(log.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(Figure(**json.loads(line)))
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{log}:{n}: not a figure record ({err}); fix or remove the line") from err
+    return out
+
+
+def latest(log: Path = LOG) -> dict[str, Figure]:
+    """Return the latest record of each figure."""
+    return {fig.figure: fig for fig in history(log)}
