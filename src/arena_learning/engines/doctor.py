@@ -43,6 +43,20 @@ def _bundled() -> dict[str, Any]:
     return {"path": str(path), "bytes": path.stat().st_size, "identity": content_identity(path)}
 
 
+def _models() -> list[dict[str, Any]]:
+    # the registry's models: parts installed, assembled, and the assembled file's hash against the registry's
+    # (identity's cached digest: a file hashed before costs nothing; `arena models verify` re-hashes)
+    from .identity import file_digest
+    from .registry import MODELS, status
+
+    out = []
+    for model in MODELS.values():
+        row = status(model)
+        row["verified"] = bool(row["assembled"]) and file_digest(model.path) == model.sha256
+        out.append(row)
+    return out
+
+
 def wide_features(system_info: str) -> list[str]:
     """Return the CPU features a llama.cpp build was compiled with beyond the portable AVX2 set."""
     found = []
@@ -85,5 +99,6 @@ def diagnose() -> dict[str, Any]:
         "smoke_generation": {k: v for k, v in smoke.items() if k != "system_info"},
         "torch": _torch(),
         "bundled_model": _bundled(),
+        "models": _models(),
         "env": {k: os.environ[k] for k in ("ARENA_CACHE", "OMP_NUM_THREADS", "HF_HUB_OFFLINE") if k in os.environ},
     }

@@ -14,7 +14,7 @@ import os
 import threading
 from pathlib import Path
 
-from .bundled import cache_dir
+from .registry import cache_dir
 
 # Files that hold a model's behaviour in a Hugging Face folder (weights, config, tokenizer,
 # chat template, PEFT adapters); logs, checkpoints and trainer state do not change answers.
@@ -36,11 +36,35 @@ def _load_index() -> dict[str, str]:
         return {}
 
 
+def _save_index(index: dict[str, str]) -> None:
+    try:
+        _index_file().parent.mkdir(parents=True, exist_ok=True)
+        tmp = _index_file().with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(index))
+        os.replace(tmp, _index_file())
+    except OSError:
+        pass  # a read-only cache only costs a re-hash next time
+
+
+def _file_key(p: Path) -> tuple[str, int, int]:
+    st = p.stat()
+    return (str(p), st.st_size, st.st_mtime_ns)
+
+
+def remember_digest(path: str | Path, digest: str) -> None:
+    """Record ``digest`` as the sha256 of ``path`` as it is now (a caller that just hashed the bytes it wrote)."""
+    key = _file_key(Path(path).resolve())
+    with _lock:
+        _memo[key] = digest
+        index = _load_index()
+        index[f"{key[0]}|{key[1]}|{key[2]}"] = digest
+        _save_index(index)
+
+
 def file_digest(path: str | Path) -> str:
     """Return the sha256 of ``path``'s bytes, cached by (absolute path, size, mtime)."""
     p = Path(path).resolve()
-    st = p.stat()
-    key = (str(p), st.st_size, st.st_mtime_ns)
+    key = _file_key(p)
     with _lock:
         if key in _memo:
             return _memo[key]
@@ -54,13 +78,7 @@ def file_digest(path: str | Path) -> str:
                     h.update(chunk)
             digest = h.hexdigest()
             index[text_key] = digest
-            try:
-                _index_file().parent.mkdir(parents=True, exist_ok=True)
-                tmp = _index_file().with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
-                tmp.write_text(json.dumps(index))
-                os.replace(tmp, _index_file())
-            except OSError:
-                pass  # a read-only cache only costs a re-hash next time
+            _save_index(index)
         _memo[key] = digest
         return digest
 

@@ -47,6 +47,7 @@ from .base import (
 from .bundled import BUNDLED_NAME, bundled_model_path, cache_dir
 from .control_tokens import neutralise_messages
 from .identity import content_identity
+from .registry import lookup, model_path
 
 BUNDLED_HF_NAME = "gemma3-270m-hf"
 """The bundled GGUF dequantized into a Hugging Face folder, beside the assembled GGUF."""
@@ -148,10 +149,12 @@ def bundled_hf_folder() -> Path:
 
 
 def resolve_hf_folder(model: str) -> Path:
-    """Return the Hugging Face folder a transformers ModelSpec names: a folder, a GGUF file or 'bundled'."""
-    if model == "bundled":
+    """Return the Hugging Face folder a transformers ModelSpec names: a folder, a GGUF file or a registered model
+    name ('bundled', 'qwen2.5-coder-0.5b-instruct': converted from its GGUF once)."""
+    registered = lookup(model)
+    if registered is not None and registered.name == "gemma-3-270m":
         return bundled_hf_folder()
-    path = Path(model).expanduser()
+    path = model_path(model) if registered is not None else Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise EngineError(f"{path} is not a Hugging Face model folder (it has no config.json)")
