@@ -17,7 +17,7 @@ from arena_learning.tasks import generate_tasks
 
 pytestmark = pytest.mark.slow  # every test here loads the bundled model
 
-QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "formats.yaml"  # the smallest model, 3 prompts
 
 
 def ask(text: str) -> Request:

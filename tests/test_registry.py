@@ -134,3 +134,23 @@ def test_models_commands_list_verify_remove(cache):
     assert got.exit_code == 0 and "freed 253 MB" in got.output and not GEMMA.path.exists()
     got = runner.invoke(app, ["models", "verify", "nope"])
     assert got.exit_code == 2 and "unknown model 'nope'" in got.output
+
+
+@pytest.mark.slow  # loads Qwen2.5-Coder 0.5B (assembled from its PyPI parts) into llama.cpp
+def test_a_registered_instruct_model_answers_in_chat_and_few_shot():
+    from arena_learning.engines import build_engine
+    from arena_learning.engines.base import Request
+
+    chat = build_engine(ModelSpec(name="q", engine="llamacpp", model="qwen2.5-coder-0.5b-instruct", mode="chat",
+                                  n_threads=2))
+    # its own chat template (from the GGUF): an instruction-tuned model answers a plain question
+    out = chat.complete_sync(Request(messages=[{"role": "user", "content": "What is the capital of France?"}],
+                                     params={"max_tokens": 24, "temperature": 0.0}))
+    assert "Paris" in out.text
+    shots = build_engine(ModelSpec(name="q12", engine="llamacpp", model="qwen2.5-coder-0.5b-instruct",
+                                   mode="completion", n_threads=2, prompt_format={"few_shot": [
+                                       ["What is 12 + 7?", "19"], ["Is 7 an odd number?", "yes"]]}))
+    out = shots.complete_sync(Request(messages=[{"role": "user", "content": "What is 25 + 17?"}],
+                                      params={"max_tokens": 8, "temperature": 0.0, "stop": ["\n"]}))
+    assert out.text.strip() == "42"
+    assert shots.model_id.startswith("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf@sha256:1d9614638d18")

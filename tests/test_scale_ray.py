@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend's tests need Ray: pip i
 
 pytestmark = pytest.mark.slow
 
-QUICKSTART = REPO / "examples" / "quickstart.yaml"
+QUICKSTART = REPO / "examples" / "formats.yaml"  # three prompt formats of the smallest model
 # A judge model through the Ray backend too: the bundled base model cannot judge (most verdicts fail to parse and
 # are asked again), but its calls, re-asks included, must be the local run's. Unconstrained and short: a JSON
 # grammar makes llama.cpp sample at ~5 tokens/s here.

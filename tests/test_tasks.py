@@ -125,13 +125,16 @@ def test_the_demo_test_set_holds_none_of_its_own_few_shot_examples():
     from arena_learning import pipeline
     from arena_learning.config import RunConfig, load_config_file
 
-    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml", RunConfig)
-    shots = pipeline.few_shot_questions(pipeline.run_models(cfg))
-    assert "What is the capital of Japan?" in shots and len(shots) == 8
-    plain = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed)
-    assert {p.turns[0] for p in plain} & shots  # the seed does generate some of them
-    prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, exclude=shots)
-    assert len(prompts) == cfg.tasks.n and not {p.turns[0] for p in prompts} & shots
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    for name, n_shots in (("quickstart.yaml", 12), ("formats.yaml", 8)):
+        cfg = load_config_file(examples / name, RunConfig)
+        shots = pipeline.few_shot_questions(pipeline.run_models(cfg))
+        assert len(shots) == n_shots
+        plain = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, suite=cfg.tasks.suite)
+        if name == "formats.yaml":
+            assert {p.turns[0] for p in plain} & shots  # the seed does generate some of them
+        prompts = generate_tasks(cfg.tasks.n, seed=cfg.tasks.seed, exclude=shots, suite=cfg.tasks.suite)
+        assert len(prompts) == cfg.tasks.n and not {p.turns[0] for p in prompts} & shots
 
 
 def test_asking_the_suite_for_more_than_it_has_is_a_clear_cli_error(tmp_path):
@@ -139,6 +142,6 @@ def test_asking_the_suite_for_more_than_it_has_is_a_clear_cli_error(tmp_path):
 
     from .conftest import ARENA, REPO
 
-    proc = subprocess.run([*ARENA, "answer", str(REPO / "examples" / "quickstart.yaml"), "-w", str(tmp_path / "ws"),
+    proc = subprocess.run([*ARENA, "answer", str(REPO / "examples" / "formats.yaml"), "-w", str(tmp_path / "ws"),
                            "--set", "tasks.n=5000"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "set tasks.n lower" in proc.stderr and "Traceback" not in proc.stderr
