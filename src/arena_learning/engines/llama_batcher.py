@@ -58,6 +58,10 @@ import numpy as np
 from ..errors import EngineError
 from .base import CallFailed, Completion
 
+DECODING = "batched-v2"
+"""The batched decoding's name in its calls' ledger keys (with the row count): v2, answers a function of the request
+alone (one KV stream a slot, fixed rows, prompts in fixed chunks); v1 (keyed ``sampler``) depended on the batch."""
+
 PROMPT_CHUNK = 32
 """Prompt tokens are evaluated in chunks that end at multiples of this many positions, one sequence's chunk per
 decode call: a prompt's cells come out the same whatever its slot held before, and a prefix held as whole
