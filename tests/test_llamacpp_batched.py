@@ -87,7 +87,7 @@ def test_a_batched_answer_does_not_depend_on_the_thread_count():
     # The row layout is fixed (``parallel`` rows, chunks at multiples of PROMPT_CHUNK), never chosen from the
     # machine; ggml splits a product's rows among threads, not its sums.
     specs, requests = quickstart_sample(9)
-    spec = specs[1].model_copy(update={"parallel": 8})
+    spec, requests = specs[1].model_copy(update={"parallel": 8}), requests[:4]
     one = batch_picks(LlamaCppEngine(spec), requests)
     assert batch_picks(LlamaCppEngine(spec.model_copy(update={"n_threads": 2})), requests) == one
 
@@ -121,6 +121,20 @@ def test_an_answer_after_a_kill_and_resume_is_the_uninterrupted_runs_on_both_pat
         assert resumed == uninterrupted[4:], parallel
 
 
+def quickstart_answers(workspace: Path, *extra: str) -> dict[str, list[list[str]]]:
+    """Return the quickstart's answers to 9 prompts (``extra`` overrides), answered in ``workspace``, per model."""
+    from arena_learning import pipeline
+    from arena_learning.store import Store
+
+    overrides = ["tasks.n=9", *(f"models.{i}.n_threads=1" for i in range(3)), *extra]
+    cfg = load_config_file(QUICKSTART, RunConfig, overrides)
+    with Store(workspace) as store:
+        prompts = pipeline.stage_prompts(cfg, store)
+        pipeline.stage_answer(cfg, store, prompts=prompts, show_progress=False)
+        return {m.name: [a.turns for a in sorted(store.get_answers(m.name), key=lambda a: a.prompt_id)]
+                for m in cfg.models}
+
+
 def test_the_same_config_twice_in_one_process_answers_as_a_fresh_process(tmp_path):
     # Two runs in one process share the model, its batched context (slots holding prefixes), the worker
     # thread: the second run must store the answers a fresh process stores.
@@ -128,41 +142,15 @@ def test_the_same_config_twice_in_one_process_answers_as_a_fresh_process(tmp_pat
     import subprocess
     import sys
 
-    from arena_learning import pipeline
-    from arena_learning.store import Store
-
-    overrides = ["tasks.n=9", *(f"models.{i}.n_threads=1" for i in range(3))]
-
-    def answers(workspace: Path, extra: list[str]) -> dict[str, list[str]]:
-        cfg = load_config_file(QUICKSTART, RunConfig, [*overrides, *extra])
-        with Store(workspace) as store:
-            prompts = pipeline.stage_prompts(cfg, store)
-            pipeline.stage_answer(cfg, store, prompts=prompts, show_progress=False)
-            return {m.name: [a.text for a in sorted(store.get_answers(m.name), key=lambda a: a.prompt_id)]
-                    for m in cfg.models}
-
-    first = answers(tmp_path / "a", [])
-    answers(tmp_path / "between", ["tasks.seed=4"])  # other prompts in between
-    assert answers(tmp_path / "b", []) == first
+    first = quickstart_answers(tmp_path / "a")
+    quickstart_answers(tmp_path / "between", "tasks.seed=4")  # other prompts in between
+    assert quickstart_answers(tmp_path / "b") == first
     code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-            "import test_llamacpp_batched as t; from pathlib import Path; "
-            f"print(json.dumps(t.fresh_answers(Path({str(tmp_path / 'c')!r}))))")
+            "from pathlib import Path; import test_llamacpp_batched as t; "
+            f"print(json.dumps(t.quickstart_answers(Path({str(tmp_path / 'c')!r}))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == first
-
-
-def fresh_answers(workspace: Path) -> dict[str, list[str]]:
-    """Answers of the quickstart's 9 prompts in ``workspace`` (run by a fresh process in the test above)."""
-    from arena_learning import pipeline
-    from arena_learning.store import Store
-
-    overrides = ["tasks.n=9", *(f"models.{i}.n_threads=1" for i in range(3))]
-    cfg = load_config_file(QUICKSTART, RunConfig, overrides)
-    with Store(workspace) as store:
-        prompts = pipeline.stage_prompts(cfg, store)
-        pipeline.stage_answer(cfg, store, prompts=prompts, show_progress=False)
-        return {m.name: [a.text for a in sorted(store.get_answers(m.name), key=lambda a: a.prompt_id)]
-                for m in cfg.models}
+    assert sum(len(a) for a in first.values()) == 27
 
 
 NEAR_TIE = 1.0  # nats: a token the batch picked is at most this far below the one-row kernel's best
@@ -357,12 +345,11 @@ class Windowed(LlamaCppEngine):
         return self.window
 
 
-def test_an_announced_list_gets_the_same_batches_and_answers_whenever_its_requests_arrive(tmp_path):
-    # Which requests share a step follows from when each was submitted, unless the caller announces its list
-    # (arun_requests does): then admission waits for a job per free slot, and the same list is batched the
-    # same whether the caller keeps P+1, 2P or every request in flight (speed). The answers are the same either
-    # way: the flywheel quickstart's 12-shot reference differed on 30 of 288 prompts between two fresh runs
-    # before the announcement, when the batch leaked into a row's numbers.
+def test_an_announced_list_or_not_gets_the_same_answers_whenever_its_requests_arrive(tmp_path):
+    # Which requests share a step follows from when each was submitted; a caller that announces its list
+    # (arun_requests does) has admission wait for a job per free slot (speed: full steps). The answers are the
+    # same either way, with P+1, 2P or every request in flight: the flywheel quickstart's 12-shot reference
+    # differed on 30 of 288 prompts between two fresh runs when the batch leaked into a row's numbers.
     from arena_learning.engines.calls import arun_requests
     from arena_learning.flywheel.settings import FlywheelConfig
     from arena_learning.store import Store
@@ -394,9 +381,9 @@ def test_an_announced_list_gets_the_same_batches_and_answers_whenever_its_reques
         assert all(o is not None for o in outs)
         return [fields(o) for o in outs], batcher.steps - before
 
-    first = run(7, True, "a")
-    assert run(12, True, "b") == first
-    assert run(len(requests), True, "c") == first
+    first = run(7, True, "a")[0]
+    assert run(12, True, "b")[0] == first
+    assert run(len(requests), True, "c")[0] == first
     # Without the announcement the schedule follows arrival (the steps can differ); the answers cannot.
     for w in (7, len(requests)):
-        assert run(w, False, f"n{w}")[0] == first[0]
+        assert run(w, False, f"n{w}")[0] == first
