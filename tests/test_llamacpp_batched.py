@@ -26,11 +26,6 @@ def ask(text: str) -> Request:
     return Request(messages=[{"role": "user", "content": text}])
 
 
-def one_by_one(spec: ModelSpec, requests: list[Request]):
-    engine = LlamaCppEngine(spec.model_copy(update={"parallel": 1}))
-    return [engine.complete_sync(r) for r in requests]
-
-
 def together(spec: ModelSpec, requests: list[Request], size: int = 16):
     engine = build_engine(spec.model_copy(update={"parallel": size}))
 
