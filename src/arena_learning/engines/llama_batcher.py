@@ -1,43 +1,39 @@
-"""Continuous batching for llama.cpp: many completions (greedy or seeded samples) decoded together in one context.
+"""Continuous batching for llama.cpp: many completions (greedy or seeded samples) decoded together, each answer a
+function of its request alone.
 
 Decoding one sequence reads every weight once per token; a step that decodes ``size`` sequences
-reads them once for all of them, so on a CPU that is bound by memory bandwidth a step of 16
-tokens costs little more than a step of one. A :class:`Batcher` owns a llama.cpp context of its
-own (beside the ``Llama``'s, which the sequential path keeps) with a unified KV cache holding up
-to ``size`` sequences, one per slot. Each step puts one token of every generating slot and the
-next prompt tokens of newly admitted ones into one ``llama_batch`` (per-token sequence ids and
-positions), decodes it, and picks each slot's next token from its own logits. A slot that stops
-(end of generation, a stop string, its ``max_tokens``) hands its future its completion and takes
-the next queued request at once.
+reads them once for all of them. A :class:`Batcher` owns a llama.cpp context of its own (beside the
+``Llama``'s, which the one-at-a-time path keeps) with ``size`` slots. A slot that stops (end of
+generation, a stop string, its ``max_tokens``) hands its future its completion and takes the next
+queued request at once.
 
-A prompt shares its first tokens with another slot's (the few-shot examples of a prompt format,
-a chat template's preamble): those cells are copied with ``llama_memory_seq_cp``, which in a
-unified cache only adds the sequence to the cells, so the shared prefix is evaluated once. A
-request whose prefix is still being evaluated in another slot waits one step for it.
+What a row computes must not depend on what shares its batch (issue 36: before, 5-7 of 36 quickstart
+answers changed with the order or the companions). Three things leaked, and each is closed:
+
+- where a sequence's KV cells sit: each slot has a KV stream of its own (``kv_unified = false``,
+  ``n_seq_max = size``), so its cells are at the same places whatever the other slots hold;
+- the kernels a row goes through: every decode step has exactly ``size`` rows, row i always slot i's, a
+  padding row (removed after) in every idle slot, and every row's logits computed (the last layer and the
+  output head run on the rows that give logits), so the products have the same shape at every step;
+- how a prompt is cut: a prompt is evaluated alone, one chunk per call, in chunks ending at multiples of
+  PROMPT_CHUNK positions, and a prefix held by any slot (a few-shot prefix, a chat template's preamble) is
+  reused only as whole chunks, copied stream to stream: exactly the cells evaluating it would make, so a
+  warm prefix cache gives the numbers of a cold one.
 
 Text, stops and token counts follow ``Llama.create_completion`` exactly (the same stop-string,
-multi-byte and ``max_tokens`` rules), so a batched answer is the sequential answer whenever the
-logits pick the same tokens. They are the same computation, but a matrix product over a batch of
-several tokens can round its last bits differently from one token's on some CPUs, which can flip
-a near-tie.
+multi-byte and ``max_tokens`` rules). The logits are not the one-at-a-time path's (a step of ``size``
+rows goes through other kernels than a step of one, which round their last bits otherwise, and can flip a
+near-tie), so the engine keys batched calls apart in the ledger (``DECODING``).
 
 A seeded sample (temperature > 0) draws its tokens here with a sampler of its own, llama.cpp's
 default chain written out in numpy (top-k 40, top-p, min-p 0.05, temperature, then a draw), from a
 generator seeded by the request's seed and its prompt alone (so two prompts sampled with one seed
-draw independent streams, where llama.cpp's seeded sampler gives every prompt the same one): what
-else is in the batch never moves its random stream. Its logits come from the batched kernels as a
-greedy row's do, so a draw near a boundary between two tokens can still move with the batch. It
-follows the distribution of ``Llama.create_completion``'s sampler but not its draws (that one's
-generator is C++'s), so the engine keys these calls apart in the ledger.
+draw independent streams, where llama.cpp's seeded sampler gives every prompt the same one).
 
-Which requests share a step decides how each is rounded (a prefix copied from another slot, the
-cells a sequence lands in, the batch's kernels), so answers repeat only if admission does. A caller
-that knows its list (``arun_requests``) announces it (``expect``): the batcher then starts its run
-from an empty cache and admits only when the queue holds a job for every free slot or the announced
-list is all in, so which jobs enter at which step follows from the list's order alone, not from when
-the caller's threads got to submit them (measured before: the 12-shot reference's answers differed on
-30 of 288 prompts between two fresh runs). Unannounced jobs (``arena serve``'s clients) are admitted
-as they come.
+A caller that knows its list (``arun_requests``) announces it (``expect``): admission then waits until the
+queue holds a job for every free slot or the announced list is all in, so steps are full however the
+caller's threads get to submit (speed only: answers never depend on the schedule). Unannounced jobs
+(``arena serve``'s clients) are admitted as they come.
 
 Every call runs on the engine's one worker thread (ggml's thread team, see ``llamacpp``).
 """
