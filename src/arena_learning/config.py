@@ -231,14 +231,14 @@ class ModelSpec(Section):
     # llamacpp
     n_ctx: int = 2048
     n_threads: int | None = None
-    # exclude=True: a speed setting, in no identity (ledger keys, flywheel fingerprints and model identities stay
-    # what they were before the field existed, so an old workspace resumes with nothing redone)
-    parallel: int = Field(1, ge=1, exclude=True, description="llamacpp: completion-mode requests, greedy or "
-                          "seeded samples, decoded together in one context (continuous batching, like llama.cpp "
-                          "server's --parallel); 1: one at a time. Batched rows go through other kernels, so near-tie "
-                          "greedy answers can differ from one-at-a-time ones; a batched sample is drawn by the "
-                          "batcher's own seeded sampler and keyed apart in the ledger (README: Batched decoding in "
-                          "llama.cpp)")
+    # exclude=True: in no identity (flywheel fingerprints and model identities stay what they were); the ledger keys
+    # a batched call with its decoding and row count (engines/llamacpp.py: key_params)
+    parallel: int = Field(8, ge=1, exclude=True, description="llamacpp: completion-mode requests, greedy or seeded "
+                          "samples, decoded this many together in one context (continuous batching, like llama.cpp "
+                          "server's --parallel), every step with this many rows, so an answer is a function of its "
+                          "request alone (never of what is decoded beside it, the order, or what ran before); 1: one "
+                          "at a time (another computation: answers can differ from batched ones in near-ties, and "
+                          "are keyed apart in the ledger). README: Batched decoding in llama.cpp")
     # empty replies, any engine (exclude=True as parallel: how failures are handled, not what the model answers)
     empty_retries: int = Field(2, ge=0, le=10, exclude=True, description="an empty reply that asking again could "
                                "change (an endpoint, an unseeded sample) is asked again this many times within the "

@@ -1,43 +1,39 @@
-"""Continuous batching for llama.cpp: many completions (greedy or seeded samples) decoded together in one context.
+"""Continuous batching for llama.cpp: many completions (greedy or seeded samples) decoded together, each answer a
+function of its request alone.
 
 Decoding one sequence reads every weight once per token; a step that decodes ``size`` sequences
-reads them once for all of them, so on a CPU that is bound by memory bandwidth a step of 16
-tokens costs little more than a step of one. A :class:`Batcher` owns a llama.cpp context of its
-own (beside the ``Llama``'s, which the sequential path keeps) with a unified KV cache holding up
-to ``size`` sequences, one per slot. Each step puts one token of every generating slot and the
-next prompt tokens of newly admitted ones into one ``llama_batch`` (per-token sequence ids and
-positions), decodes it, and picks each slot's next token from its own logits. A slot that stops
-(end of generation, a stop string, its ``max_tokens``) hands its future its completion and takes
-the next queued request at once.
+reads them once for all of them. A :class:`Batcher` owns a llama.cpp context of its own (beside the
+``Llama``'s, which the one-at-a-time path keeps) with ``size`` slots. A slot that stops (end of
+generation, a stop string, its ``max_tokens``) hands its future its completion and takes the next
+queued request at once.
 
-A prompt shares its first tokens with another slot's (the few-shot examples of a prompt format,
-a chat template's preamble): those cells are copied with ``llama_memory_seq_cp``, which in a
-unified cache only adds the sequence to the cells, so the shared prefix is evaluated once. A
-request whose prefix is still being evaluated in another slot waits one step for it.
+What a row computes must not depend on what shares its batch (issue 36: before, 5-7 of 36 quickstart
+answers changed with the order or the companions). Three things leaked, and each is closed:
+
+- where a sequence's KV cells sit: each slot has a KV stream of its own (``kv_unified = false``,
+  ``n_seq_max = size``), so its cells are at the same places whatever the other slots hold;
+- the kernels a row goes through: every decode step has exactly ``size`` rows, row i always slot i's, a
+  padding row (removed after) in every idle slot, and every row's logits computed (the last layer and the
+  output head run on the rows that give logits), so the products have the same shape at every step;
+- how a prompt is cut: a prompt is evaluated alone, one chunk per call, in chunks ending at multiples of
+  PROMPT_CHUNK positions, and a prefix held by any slot (a few-shot prefix, a chat template's preamble) is
+  reused only as whole chunks, copied stream to stream: exactly the cells evaluating it would make, so a
+  warm prefix cache gives the numbers of a cold one.
 
 Text, stops and token counts follow ``Llama.create_completion`` exactly (the same stop-string,
-multi-byte and ``max_tokens`` rules), so a batched answer is the sequential answer whenever the
-logits pick the same tokens. They are the same computation, but a matrix product over a batch of
-several tokens can round its last bits differently from one token's on some CPUs, which can flip
-a near-tie.
+multi-byte and ``max_tokens`` rules). The logits are not the one-at-a-time path's (a step of ``size``
+rows goes through other kernels than a step of one, which round their last bits otherwise, and can flip a
+near-tie), so the engine keys batched calls apart in the ledger (``DECODING``).
 
 A seeded sample (temperature > 0) draws its tokens here with a sampler of its own, llama.cpp's
 default chain written out in numpy (top-k 40, top-p, min-p 0.05, temperature, then a draw), from a
 generator seeded by the request's seed and its prompt alone (so two prompts sampled with one seed
-draw independent streams, where llama.cpp's seeded sampler gives every prompt the same one): what
-else is in the batch never moves its random stream. Its logits come from the batched kernels as a
-greedy row's do, so a draw near a boundary between two tokens can still move with the batch. It
-follows the distribution of ``Llama.create_completion``'s sampler but not its draws (that one's
-generator is C++'s), so the engine keys these calls apart in the ledger.
+draw independent streams, where llama.cpp's seeded sampler gives every prompt the same one).
 
-Which requests share a step decides how each is rounded (a prefix copied from another slot, the
-cells a sequence lands in, the batch's kernels), so answers repeat only if admission does. A caller
-that knows its list (``arun_requests``) announces it (``expect``): the batcher then starts its run
-from an empty cache and admits only when the queue holds a job for every free slot or the announced
-list is all in, so which jobs enter at which step follows from the list's order alone, not from when
-the caller's threads got to submit them (measured before: the 12-shot reference's answers differed on
-30 of 288 prompts between two fresh runs). Unannounced jobs (``arena serve``'s clients) are admitted
-as they come.
+A caller that knows its list (``arun_requests``) announces it (``expect``): admission then waits until the
+queue holds a job for every free slot or the announced list is all in, so steps are full however the
+caller's threads get to submit (speed only: answers never depend on the schedule). Unannounced jobs
+(``arena serve``'s clients) are admitted as they come.
 
 Every call runs on the engine's one worker thread (ggml's thread team, see ``llamacpp``).
 """
@@ -58,12 +54,15 @@ import numpy as np
 from ..errors import EngineError
 from .base import CallFailed, Completion
 
-MAX_CELLS = 8192
-"""KV cells of a batched context beyond one sequence's n_ctx: sequences are admitted while their
-prompts and max_tokens fit (counted without the shared prefixes, so never too many)."""
+DECODING = "batched-v2"
+"""The batched decoding's name in its calls' ledger keys (with the row count): v2, answers a function of the request
+alone (one KV stream a slot, fixed rows, prompts in fixed chunks); v1 (keyed ``sampler``) depended on the batch."""
 
-SHARE_MIN = 16
-"""A prefix shorter than this is evaluated again rather than waited for."""
+PROMPT_CHUNK = 32
+"""Prompt tokens are evaluated in chunks that end at multiples of this many positions, one sequence's chunk per
+decode call: a prompt's cells come out the same whatever its slot held before, and a prefix held as whole
+chunks is reused by any prompt that starts with it (the same cells it would compute). A fixed number, never
+one chosen from the machine."""
 
 ARRIVAL_WAIT_S = 2.0
 """How long admission waits for an announced job before going on without it: a safety net for a caller
@@ -129,16 +128,12 @@ class Sampling:
 class _Slot:
     seq: int
     cached: list[int] = field(default_factory=list)  # tokens whose KV this sequence holds, in order
+    reusable: int = 0  # the first cached tokens evaluated as whole prompt chunks (another prompt may reuse them)
     pending: list[int] = field(default_factory=list)  # tokens to evaluate next
     job: Job | None = None
     out: list[int] = field(default_factory=list)
     pieces: list[bytes] = field(default_factory=list)
     multibyte_fix: int = 0
-
-    def cells(self) -> int:
-        """Cells this slot may end up holding (shared ones counted as its own)."""
-        left = self.job.max_tokens - len(self.out) if self.job is not None else 0
-        return len(self.cached) + len(self.pending) + max(0, left)
 
 
 def prompt_salt(tokens: list[int]) -> int:
@@ -155,7 +150,8 @@ def _lcp(a: list[int], b: list[int]) -> int:
 
 
 class Batcher:
-    """Decodes up to ``size`` completions of one ``Llama`` together (continuous batching).
+    """Decodes up to ``size`` completions of one ``Llama`` together (continuous batching), each a function of
+    its own request alone.
 
     ``submit`` queues a :class:`Job` and returns its future; the decode loop runs on ``worker`` while
     there is work, and ends when the queue and the slots are empty.
@@ -169,23 +165,22 @@ class Batcher:
         self.size = size
         self.n_ctx_seq = n_ctx_seq
         self.worker = worker
-        self.n_cells = max(n_ctx_seq, min(size * n_ctx_seq, MAX_CELLS))
-        # The Llama's own settings (threads, rope, attention, batch), with room for `size` sequences in
-        # one unified cache: a split cache (one stream per sequence) decodes only runs of consecutive
-        # sequence ids together, which slots that finish at random times are not.
+        # The Llama's own settings (rope, attention), with one KV stream of n_ctx_seq cells per slot: a
+        # sequence's cells are its own, at the same places whatever the other slots hold.
         params = lc.llama_context_params.from_buffer_copy(llm.context_params)
-        params.n_ctx = self.n_cells
+        params.n_ctx = size * n_ctx_seq
         params.n_seq_max = size
-        params.kv_unified = True
+        params.kv_unified = False
+        params.n_batch = params.n_ubatch = max(size, PROMPT_CHUNK)
+        params.n_threads_batch = params.n_threads  # the configured threads for every step
         params.no_perf = True
-        self.n_batch = int(params.n_batch)
         ctx = lc.llama_init_from_model(llm._model.model, params)
         if not ctx:
-            raise EngineError(f"llama.cpp could not make a context of {self.n_cells} cells for {size} sequences "
+            raise EngineError(f"llama.cpp could not make a context of {size} sequences of {n_ctx_seq} cells "
                               "(lower parallel or n_ctx)")
         self.ctx = ctx
         self.mem = lc.llama_get_memory(ctx)
-        self.batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self.batch = lc.llama_batch_init(max(size, PROMPT_CHUNK), 0, 1)
         self.vocab = llm._model.vocab
         self.n_vocab = int(llm.n_vocab())
         self.bos = int(llm.token_bos())
@@ -194,14 +189,13 @@ class Batcher:
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)  # a job was submitted, or announced ones withdrawn
         self.expected = 0  # announced jobs (``expect``) not submitted yet
-        self.fresh = False  # empty the cache before the next admission, once every slot is idle
         self.running = False
         self.closed = False
         self.steps = 0  # decode calls made
-        self.evaluated = 0  # tokens decoded (prompt tokens evaluated once for a shared prefix)
+        self.evaluated = 0  # tokens decoded (prompt tokens evaluated once for a shared prefix; no padding rows)
         self.peak = 0  # the most sequences decoded in one step
-        # Decode steps (every sequence of the step adds one generated token) apart from prefill steps (some
-        # evaluate prompt tokens): the decode-only rate is decode_tokens / decode_s, each step timed whole.
+        # Decode steps (every generating sequence adds one token; padding rows not counted) apart from prefill
+        # steps (one prompt chunk each): the decode-only rate is decode_tokens / decode_s, each step timed whole.
         self.decode_steps = 0
         self.decode_tokens = 0
         self.decode_s = 0.0
@@ -212,15 +206,14 @@ class Batcher:
     # ---- the caller's side -------------------------------------------------------------------
 
     def expect(self, n: int) -> None:
-        """Announce ``n`` jobs about to be submitted (``Job.announced``), in the order they will come.
+        """Announce ``n`` jobs about to be submitted (``Job.announced``).
 
-        Until they are all in, a step admits only when the queue holds a job for every free slot, and the
-        run starts from an empty cache: the same list gives the same batches, whenever each job arrives.
+        Until they are all in, a step admits only when the queue holds a job for every free slot: the slots fill
+        up (speed) however the caller's threads are scheduled. Answers never depend on it.
         """
         with self.lock:
             if n > 0:
                 self.expected += n
-                self.fresh = True
 
     def withdraw(self, n: int) -> None:
         """Take back ``n`` announced jobs that will not be submitted (they failed first, or the caller ended)."""
@@ -268,7 +261,7 @@ class Batcher:
                 jobs = [s.job for s in self.slots if s.job is not None] + list(self.queue)
                 self.queue.clear()
                 for s in self.slots:
-                    s.job, s.cached, s.pending = None, [], []
+                    s.job, s.cached, s.pending, s.reusable = None, [], [], 0
                 if self.ctx is not None:
                     self._lc.llama_memory_clear(self.mem, True)
                 self.running = False
@@ -276,14 +269,18 @@ class Batcher:
                 if not job.future.done():
                     job.future.set_exception(failure)
 
+    @staticmethod
+    def _reuse(s: _Slot, tokens: list[int], held: list[int] | None = None) -> int:
+        """Return how many of ``tokens`` slot ``s`` holds as whole prompt chunks (a multiple of PROMPT_CHUNK,
+        leaving at least one token to evaluate): cells computed exactly as evaluating ``tokens`` would. With
+        ``held``: how many it will hold once it has evaluated the prompt ``held``."""
+        whole = s.cached[:s.reusable] if held is None else held[:len(held) - len(held) % PROMPT_CHUNK]
+        n = min(_lcp(whole, tokens), len(tokens) - 1)
+        return n - n % PROMPT_CHUNK
+
     def _admit(self) -> None:
-        """Give queued jobs free slots, reusing the longest evaluated prefix any slot holds."""
+        """Give queued jobs free slots, reusing the longest run of whole prompt chunks any slot holds."""
         lc = self._lc
-        if self.fresh and all(s.job is None for s in self.slots):
-            lc.llama_memory_clear(self.mem, True)  # an announced list starts where any other would
-            for s in self.slots:
-                s.cached = []
-            self.fresh = False
         while True:
             free = [s for s in self.slots if s.job is None]
             with self.lock:
@@ -298,107 +295,121 @@ class Batcher:
                     self.arrived.wait(left)
                 if not self.queue:
                     return
-                job = self.queue[0]
+                job = self.queue.popleft()
             if job.gone():
-                with self.lock:
-                    self.queue.popleft()
                 continue
             tokens = job.tokens
-            # Wait a step for a prefix another slot is evaluating now, rather than evaluate it twice.
-            best_done = max((_lcp(s.cached, tokens) for s in self.slots), default=0)
-            evaluating = max((_lcp(s.cached + s.pending, tokens) for s in self.slots if s.job is not None
-                              and len(s.pending) > 1), default=0)
-            if evaluating >= max(SHARE_MIN, best_done + SHARE_MIN):
+            # A prompt another slot is evaluating now shares more whole chunks than any slot holds: wait for them
+            # (the queue stays in order) rather than evaluate them twice.
+            held = max(self._reuse(s, tokens) for s in self.slots)
+            coming = max((self._reuse(s, tokens, s.job.tokens) for s in self.slots
+                          if s.job is not None and s.pending and not s.job.picked), default=0)
+            if coming > held:
+                with self.lock:
+                    self.queue.appendleft(job)
                 return
-            need = len(tokens) + job.max_tokens
-            if sum(s.cells() for s in self.slots) + need > self.n_cells:
-                for s in free:  # drop what idle slots keep for reuse, then try again
-                    if s.cached:
-                        lc.llama_memory_seq_rm(self.mem, s.seq, -1, -1)
-                        s.cached = []
-                if sum(s.cells() for s in self.slots) + need > self.n_cells:
-                    return  # it fits once running slots finish
-                best_done = max((_lcp(s.cached, tokens) for s in self.slots), default=0)
-            with self.lock:
-                self.queue.popleft()
+            # The free slot holding the longest reusable prefix itself; another slot's if it holds a longer one
+            # (a stream is copied whole, then cut back: the copied cells are the ones evaluating would make).
+            slot = max(free, key=lambda s: self._reuse(s, tokens))
+            keep = self._reuse(slot, tokens)
+            source = max(self.slots, key=lambda s: self._reuse(s, tokens))
+            if self._reuse(source, tokens) > keep and source is not slot:
+                keep = self._reuse(source, tokens)
+                lc.llama_memory_seq_rm(self.mem, slot.seq, -1, -1)
+                lc.llama_memory_seq_cp(self.mem, source.seq, slot.seq, -1, -1)
             if not job.future.set_running_or_notify_cancel():
                 continue
-            # Prefer the free slot that holds the longest prefix itself (nothing to copy).
-            slot = max(free, key=lambda s: _lcp(s.cached, tokens))
-            own = _lcp(slot.cached, tokens)
-            source = max(self.slots, key=lambda s: _lcp(s.cached, tokens))
-            keep = min(max(own, best_done), len(tokens) - 1)  # at least one token is evaluated, for logits
-            if own >= best_done or source is slot:
-                keep = min(own, len(tokens) - 1)
-                lc.llama_memory_seq_rm(self.mem, slot.seq, keep, -1)
-            else:
-                lc.llama_memory_seq_rm(self.mem, slot.seq, -1, -1)
-                lc.llama_memory_seq_cp(self.mem, source.seq, slot.seq, 0, keep)
-            slot.cached = tokens[:keep]
+            lc.llama_memory_seq_rm(self.mem, slot.seq, keep, -1)
+            slot.cached, slot.reusable = tokens[:keep], keep
             slot.pending = tokens[keep:]
             slot.job, slot.out, slot.pieces, slot.multibyte_fix = job, [], [], 0
 
     def _step(self) -> None:
-        """Admit what fits, decode one batch, and advance every slot that got logits."""
-        lc = self._lc
+        """Admit what fits, then evaluate one prompt chunk of one slot, or decode one token of every slot."""
         self._admit()
         for s in self.slots:  # a caller that went away (a closed stream) frees its slot
             if s.job is not None and s.job.gone():
                 if not s.job.future.done():
                     s.job.future.set_exception(CallFailed("llama.cpp: the caller went away"))
                 s.job, s.pending = None, []
-        active = [s for s in self.slots if s.job is not None and s.pending]
-        if not active:
-            return
+                self._lc.llama_memory_seq_rm(self.mem, s.seq, len(s.cached), -1)
+        prompts = [s for s in self.slots if s.job is not None and not s.job.picked and s.pending]
+        if prompts:
+            self._prefill(prompts[0])
+        elif any(s.job is not None for s in self.slots):
+            self._decode()
+
+    def _prefill(self, s: _Slot) -> None:
+        """Evaluate the next chunk of ``s``'s prompt: the tokens up to the next multiple of PROMPT_CHUNK, alone in
+        the batch, so a prompt is cut into the same chunks whatever its slot held before or runs beside it."""
+        t0 = time.perf_counter()
+        base = len(s.cached)
+        take = min(len(s.pending), PROMPT_CHUNK - base % PROMPT_CHUNK)
+        last = take == len(s.pending)
+        batch = self.batch
+        for j in range(take):
+            batch.token[j] = s.pending[j]
+            batch.pos[j] = base + j
+            batch.n_seq_id[j] = 1
+            batch.seq_id[j][0] = s.seq
+            batch.logits[j] = 1 if last and j == take - 1 else 0
+        batch.n_tokens = take
+        self._decode_batch(take, 1, take)
+        s.cached.extend(s.pending[:take])
+        s.pending = s.pending[take:]
+        if (base + take) % PROMPT_CHUNK == 0:  # a whole chunk: the cells another prompt may reuse
+            s.reusable = base + take
+        self.prefill_steps += 1
+        self.prefill_tokens += take
+        self.prefill_s += time.perf_counter() - t0
+        if last:
+            self._pick(s, take - 1)
+
+    def _decode(self) -> None:
+        """Decode one token of every generating slot, with a padding row in every other slot: every step has the
+        same ``size`` rows, each its slot's, every row's logits computed, so no row's kernels depend on how
+        many others are generating."""
+        lc = self._lc
         t0 = time.perf_counter()
         batch = self.batch
-        n = 0
-        taken: list[tuple[_Slot, int, int]] = []  # slot, tokens taken, batch index of its logits (-1: none)
-        # Generating slots first (one token each), then prompt tokens as far as the batch holds.
-        for s in sorted(active, key=lambda s: len(s.pending)):
-            take = min(len(s.pending), self.n_batch - n)
-            if take <= 0:
-                break
-            base = len(s.cached)
-            for j in range(take):
-                batch.token[n + j] = s.pending[j]
-                batch.pos[n + j] = base + j
-                batch.n_seq_id[n + j] = 1
-                batch.seq_id[n + j][0] = s.seq
-                batch.logits[n + j] = 0
-            last = -1
-            if take == len(s.pending):
-                last = n + take - 1
-                batch.logits[last] = 1
-            taken.append((s, take, last))
-            n += take
-        batch.n_tokens = n
-        # a slot that has picked no token yet evaluates prompt tokens (one that has, its last output)
-        prompt = sum(take for s, take, _ in taken if s.job is not None and not s.job.picked)
-        rc = lc.llama_decode(self.ctx, batch)
+        real = []
+        for s in self.slots:
+            i = s.seq
+            generating = s.job is not None and s.pending
+            batch.token[i] = s.pending[0] if generating else self.bos
+            batch.pos[i] = len(s.cached)
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = s.seq
+            batch.logits[i] = 1
+            if generating:
+                real.append(s)
+        batch.n_tokens = self.size
+        self._decode_batch(self.size, len(real), len(real))
+        for s in self.slots:
+            if s in real:
+                s.cached.append(s.pending[0])
+                s.pending = []
+            else:  # the padding row's cell goes again
+                lc.llama_memory_seq_rm(self.mem, s.seq, len(s.cached), -1)
+        self.decode_steps += 1
+        self.decode_tokens += len(real)
+        self.decode_s += time.perf_counter() - t0
+        for s in real:
+            self._pick(s, s.seq)
+
+    def _decode_batch(self, n: int, sequences: int, evaluated: int) -> None:
+        rc = self._lc.llama_decode(self.ctx, self.batch)
         self.steps += 1
-        self.evaluated += n
-        self.peak = max(self.peak, len(taken))
+        self.evaluated += evaluated
+        self.peak = max(self.peak, sequences)
         if rc != 0:
             raise CallFailed(f"llama.cpp: llama_decode returned {rc} for a batch of {n} tokens "
-                             f"({len(taken)} sequences, {self.n_cells} cells)")
-        # Counted before any future is resolved below: a caller woken by its answer reads whole steps.
-        if prompt:
-            self.prefill_steps += 1
-            self.prefill_tokens += prompt
-            self.prefill_s += time.perf_counter() - t0
-        else:
-            self.decode_steps += 1
-            self.decode_tokens += n
-            self.decode_s += time.perf_counter() - t0
-        for s, take, last in taken:
-            s.cached.extend(s.pending[:take])
-            s.pending = s.pending[take:]
-            if last < 0:
-                continue
-            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self.ctx, last), shape=(self.n_vocab,))
-            how = s.job.sampling if s.job is not None else None
-            self._accept(s, int(np.argmax(logits)) if how is None else how.pick(logits))
+                             f"({sequences} sequences of {self.n_ctx_seq} cells)")
+
+    def _pick(self, s: _Slot, row: int) -> None:
+        logits = np.ctypeslib.as_array(self._lc.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))
+        how = s.job.sampling if s.job is not None else None
+        self._accept(s, int(np.argmax(logits)) if how is None else how.pick(logits))
 
     def _accept(self, s: _Slot, token: int) -> None:
         """Add ``token`` to the slot's output, or finish it: ``Llama._create_completion``'s rules."""

@@ -4,10 +4,16 @@ One ``Llama`` per (file, context size, threads, chat format) is shared by every
 ModelSpec that names it, so three prompt formats of the bundled model load it
 once. Completion-mode requests, greedy or seeded samples, are decoded ``parallel``
 at a time in one context (``llama_batcher``: continuous batching, shared prefixes
-evaluated once; a sample draws with the batcher's own seeded sampler); the rest
-(chat templates, JSON schemas, unseeded samples) run one at a time through the
-``Llama`` as before. Every llama.cpp call runs on one worker thread; the event
-loop stays free for the ledger and progress bars.
+evaluated once, every answer a function of its request alone; a sample draws with
+the batcher's own seeded sampler); the rest (chat templates, JSON schemas, unseeded
+samples, and everything with ``parallel: 1``) run one at a time through the ``Llama``.
+Every llama.cpp call runs on one worker thread; the event loop stays free for the
+ledger and progress bars.
+
+The one-at-a-time path reuses the longest prefix the ``Llama`` holds from its previous
+prompt, cut back to a multiple of PROMPT_CHUNK, and evaluates the rest in chunks that
+end at multiples of it: a prompt's numbers do not depend on the prompt before it (a run
+killed and resumed has other predecessors).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from .base import CallFailed, Completion, Engine, Request, RequestTooLarge, comp
 from .bundled import resolve_model_path
 from .control_tokens import neutralise_messages
 from .identity import content_identity
-from .llama_batcher import Batcher, Job, Sampling, n_ctx_error, prompt_salt
+from .llama_batcher import DECODING, PROMPT_CHUNK, Batcher, Job, Sampling, n_ctx_error, prompt_salt
 from .llama_check import check_llama
 from .streaming import TextStream
 
@@ -94,8 +100,32 @@ def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
                 llm.chat_handler = Jinja2ChatFormatter(
                     template=spec.chat_template, eos_token=text(llm.token_eos()), bos_token=text(llm.token_bos())
                 ).to_chat_handler()
+            _align_prefix_reuse(llm)
             _MODELS[key] = (llm, threading.Lock())
         return _MODELS[key]
+
+
+def _align_prefix_reuse(llm: Any) -> None:
+    """Make ``llm`` evaluate every prompt in chunks ending at multiples of PROMPT_CHUNK, reusing only whole chunks.
+
+    ``Llama.generate`` reuses the longest prefix shared with the previous prompt and evaluates the rest in
+    ``n_batch`` chunks from there, so a prompt's cells (and answer) depended on its predecessor. Cutting the
+    reuse back to a chunk boundary makes the evaluation the one a fresh ``Llama`` does.
+    """
+    generate = llm.generate
+    llm.n_batch = min(llm.n_batch, PROMPT_CHUNK)
+
+    def aligned_generate(tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("reset", True) and llm.n_tokens > 0:
+            tokens = list(tokens)
+            held = [int(t) for t in llm._input_ids]
+            n = 0
+            while n < min(len(held), len(tokens) - 1) and held[n] == tokens[n]:
+                n += 1
+            llm.n_tokens = min(llm.n_tokens, n - n % PROMPT_CHUNK)
+        return generate(tokens, *args, **kwargs)
+
+    llm.generate = aligned_generate
 
 
 def load_batcher(spec: ModelSpec) -> Batcher:
@@ -149,11 +179,12 @@ class LlamaCppEngine(Engine):
                 and (float(params["temperature"]) == 0.0 or params.get("seed") is not None))
 
     def key_params(self, request: Request) -> dict[str, Any]:
-        # A batched sample is drawn by another sampler than Llama's (the same distribution, other draws): its
-        # calls are keyed apart, so the ledger never hands one sampler's answer for the other's.
+        # A batched answer comes from other kernels than the one-at-a-time one (and a batched sample from another
+        # sampler): its calls are keyed with their decoding and row count, so the ledger never hands one-at-a-time
+        # answers for batched ones (nor a batch of 8's for a batch of 16's). One-at-a-time keys are what they were.
         params = super().key_params(request)
-        if float(params["temperature"]) > 0.0 and self.batched(request):
-            params["sampler"] = "batched-v1"
+        if self.batched(request):
+            params["decoding"] = f"{DECODING}x{self.spec.parallel}"
         return params
 
     def expect(self, requests: Sequence[Request]) -> None:
