@@ -14,7 +14,7 @@ import os
 import threading
 from pathlib import Path
 
-from .registry import cache_dir
+from .cache import cache_dir
 
 # Files that hold a model's behaviour in a Hugging Face folder (weights, config, tokenizer,
 # chat template, PEFT adapters); logs, checkpoints and trainer state do not change answers.

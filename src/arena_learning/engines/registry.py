@@ -26,14 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
+from .cache import cache_dir
+from .identity import file_digest, remember_digest
 
 __all__ = ["MODELS", "RegisteredModel", "cache_dir", "lookup", "model_path", "status"]
-
-
-def cache_dir() -> Path:
-    """Return the directory for assembled models (``$ARENA_CACHE`` or ``~/.cache/arena-learning``)."""
-    root = os.environ.get("ARENA_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "arena-learning"
 
 
 @dataclass(frozen=True)
@@ -208,8 +204,6 @@ def _write_verified(model: RegisteredModel, sources: list[Path]) -> str:
 def _remember(path: Path, digest: str) -> None:
     # The content identity of a model (its ledger key) is a hash of the file: hand it the digest computed while
     # writing, so the first run after assembling does not read the file again.
-    from .identity import remember_digest
-
     remember_digest(path, digest)
 
 
@@ -249,8 +243,6 @@ def model_path(name: str) -> Path:
     model = lookup(name)
     if model is None:
         raise EngineError(f"unknown model name {name!r}: registered models are {', '.join(names())}")
-    from .identity import file_digest
-
     with _lock:
         path = model.path
         if path.is_file() and path.stat().st_size == model.size and file_digest(path) == model.sha256:
