@@ -42,7 +42,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..store import Store, call_key
+from ..store import Store, call_key_json, canonical_json
 from .base import CallFailed, Completion, Engine, Request
 from .reasoning import split_reasoning
 
@@ -100,7 +100,8 @@ def empty_error(comp: Completion) -> str:
 
 def request_key(engine: Engine, request: Request) -> str:
     """Return the ledger key of ``request`` on ``engine``."""
-    return call_key(engine.kind, engine.model_id, engine.key_params(request), request.payload())
+    return call_key_json(engine.kind, engine.model_id, canonical_json(engine.key_params(request)),
+                         request.payload_json())
 
 
 EMPTY_BACKOFF_S = 0.5
@@ -148,11 +149,12 @@ async def arun_requests(
 ) -> list[Completion | None]:
     """Return one Completion (or None for a failed call) per request, in order."""
     stats = stats if stats is not None else CallStats()
-    key_params = [engine.key_params(r) for r in requests]
-    keys = [call_key(engine.kind, engine.model_id, p, r.payload()) for p, r in zip(key_params, requests)]
+    # the params and the payload are encoded once each, for the key and (sent) the ledger row
+    key_params = [canonical_json(engine.key_params(r)) for r in requests]
+    keys = [call_key_json(engine.kind, engine.model_id, p, r.payload_json()) for p, r in zip(key_params, requests)]
     known = store.lookup_calls(list(dict.fromkeys(keys)))
     results: dict[str, Completion | None] = {}
-    todo: dict[str, tuple[Request, dict[str, Any]]] = {}
+    todo: dict[str, tuple[Request, str]] = {}
     demote: list[tuple[str, str]] = []
     for key, req, params in zip(keys, requests, key_params):
         if key in results:
@@ -163,8 +165,8 @@ async def arun_requests(
         if key in todo:
             continue
         rec = known.get(key)
-        if rec is not None and rec.status == "ok" and rec.response is not None:
-            comp = split_reasoning(Completion.model_validate(rec.response))
+        if rec is not None and rec.status == "ok" and rec.response_json is not None:
+            comp = split_reasoning(Completion.model_validate_json(rec.response_json))
             if is_empty(comp):
                 kept = (rec.error or "").startswith(KEPT_EMPTY) and engine.spec.empty_replies == "answer"
                 if not engine.repeatable(req) and not kept:
@@ -188,14 +190,15 @@ async def arun_requests(
     gate = asyncio.Semaphore(max(1, engine.in_flight))
     task_id = progress.add_task(label, total=len(todo)) if progress is not None and todo else None
 
-    async def one(key: str, req: Request, params: dict[str, Any]) -> None:
+    async def one(key: str, req: Request, params_json: str) -> None:
         async with gate:
             row: dict[str, Any] = {
                 "key": key,
                 "engine": engine.kind,
                 "model": engine.model_id,
                 "requested_by": engine.spec.name,
-                "request": {"params": params, **req.payload()},
+                # {"params": ..., **payload}, from the encodings the key was made of
+                "request_json": f'{{"params":{params_json},{req.payload_json()[1:]}',
             }
             stats.sent += 1
             note = None
@@ -237,7 +240,7 @@ async def arun_requests(
                         **row,
                         "status": "ok",
                         "error": note,
-                        "response": comp.model_dump(),
+                        "response_json": comp.model_dump_json(),
                         "tokens_in": comp.tokens_in,
                         "tokens_out": comp.tokens_out,
                         "latency_s": comp.latency_s,
@@ -253,7 +256,8 @@ async def arun_requests(
     finally:
         engine.expect_done()
         writer.flush()
-        await engine.aclose()
+        if not engine.keep_open:
+            await engine.aclose()
     return [results.get(k) for k in keys]
 
 

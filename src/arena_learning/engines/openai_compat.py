@@ -137,9 +137,22 @@ class OpenAIEngine(Engine):
             body["stop"] = stop
         return path, body
 
+    @staticmethod
+    def _encode(body: dict[str, Any], request: Request) -> bytes:
+        """Return ``body`` as JSON bytes, encoded once for every attempt.
+
+        Chat messages are spliced in from the request's canonical payload JSON, which its ledger key was
+        made of: a judge prompt (the largest part of a call) is encoded once, not once more for the wire.
+        """
+        if body.get("messages") is not None and body["messages"] is request.messages:
+            head = json.dumps({k: v for k, v in body.items() if k != "messages"}, ensure_ascii=False)
+            return f"{head[:-1]},{request.payload_json()[1:]}".encode()
+        return json.dumps(body, ensure_ascii=False).encode()
+
     async def complete(self, request: Request) -> Completion:
         path, body = self._body(request)
         estimate = estimate_tokens(body, body[self.spec.max_tokens_field])
+        data = self._encode(body, request)
         session = self._get_session()
         last_error = ""
         for attempt in range(self.spec.max_retries + 1):
@@ -155,7 +168,7 @@ class OpenAIEngine(Engine):
                     # Latency runs from the moment the request is sent: the waits for a slot and for
                     # the rate limits above are this client's queue, not the model's time.
                     start = time.perf_counter()
-                    async with session.post(endpoint.base_url + path, json=body) as resp:
+                    async with session.post(endpoint.base_url + path, data=data) as resp:
                         raw = await resp.read()
                         if resp.status == 200:
                             try:
