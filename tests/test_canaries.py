@@ -254,3 +254,35 @@ def test_reanchor_maps_the_old_judges_ratings_to_a_new_judges_and_names_the_rank
                     f"'{new.url}'}}}}\n")
     clash = runner.invoke(app, ["reanchor", str(ws), str(same)])
     assert clash.exit_code == 2 and "give it a name of its own" in clash.output
+
+
+def test_the_battle_stage_judges_games_and_canaries_on_one_event_loop_and_one_http_session(tmp_path, scripted_server,
+                                                                                           monkeypatch):
+    import asyncio
+
+    from arena_learning.engines.openai_compat import OpenAIEngine
+
+    server = scripted_server(fair)
+    cfg_path, ws = workspace(tmp_path, server.url)
+    seen: list[tuple[object, object]] = []  # (event loop, session) of every call the judge engine sent
+    get_session = OpenAIEngine._get_session
+
+    def spying(self):
+        session = get_session(self)
+        seen.append((asyncio.get_running_loop(), session))
+        return session
+
+    monkeypatch.setattr(OpenAIEngine, "_get_session", spying)
+    result = CliRunner().invoke(app, ["battle", str(cfg_path), "-w", str(ws)])
+    assert result.exit_code == 0, result.output
+    # every game and every canary was asked (the identical pairs' two orders share one call) ...
+    assert len(seen) == server.requests == 2 * N + 16 - 2
+    with Store(ws, readonly=True) as store:
+        assert len(store.get_judgments("j", set_name="canary/test")) == 16
+        assert len(store.get_judgments("j", set_name="test")) == 2 * N
+        (report,) = cn.stored_reports(store, "j")
+        assert report.failed == []
+    # ... on one loop and one session, closed when the stage ended
+    assert len({id(loop) for loop, _ in seen}) == 1
+    sessions = {id(s): s for _, s in seen}
+    assert len(sessions) == 1 and all(s.closed for s in sessions.values())

@@ -192,3 +192,16 @@ def test_no_import_cycle_anywhere_in_src():
     graph = import_graph()
     found = cycles(graph)
     assert not found, _describe(graph, found)
+
+
+def test_the_command_line_starts_without_numpy():
+    # every command pays for what the CLI imports at start-up; numpy (a tenth of it) is loaded by the commands
+    # that compute with it (ratings, the adaptive schedule, baselines), not by `arena battle` or `arena --help`
+    import subprocess
+    import sys
+
+    code = ("import sys, arena_learning.cli.main; "
+            "print(sorted(m for m in ('numpy', 'scipy', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(PKG.parent), "PATH": ""})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -62,3 +62,34 @@ def test_artifacts_round_trip_and_survive_reopening(tmp_path):
         assert s.get_battles("j")[0].outcome == "tie"
         assert s.get_meta("config") == {"name": "x"}
         assert s.prompt_sets() == {"test": 3}
+
+
+def test_a_key_from_encoded_parts_is_the_key_of_the_whole_canonical_json():
+    # call_key_json assembles the blob from parts encoded once: it must hash the bytes that encoding the whole
+    # {engine, model, params, payload} dict canonically gives, or every ledger already written would be lost
+    import hashlib
+    import json
+
+    from arena_learning.engines.base import Request
+    from arena_learning.store import call_key_json, canonical_json
+
+    def whole(engine, model, params, payload):
+        blob = json.dumps({"engine": engine, "model": model, "params": params, "payload": payload}, sort_keys=True,
+                          ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    params = {"temperature": 0.0, "seed": 3, "stop": ["\n\n"], "json_schema": {"type": "object", "required": ["a"]},
+              "chat": None, "top_p": 1.0}
+    for engine, model, payload in [
+        ("openai", "judge", {"messages": [{"role": "system", "content": 'caf\u00e9 "q" \\ \n\u2028 \U0001f600'},
+                                          {"role": "user", "content": "<<<ANSWER A 0123456789>>>"}]}),
+        ("llamacpp", 'x.gguf@sha256:"ab"', {"prompt": "Question: 3 + 2?\nAnswer:"}),
+    ]:
+        req = Request.model_validate(payload)
+        assert req.payload_json() == canonical_json(payload)
+        assert call_key_json(engine, model, canonical_json(params), req.payload_json()) \
+            == whole(engine, model, params, payload) == call_key(engine, model, params, payload)
+    # a stored key, written by the whole-dict encoding: it stays the key of the same call
+    assert call_key("openai", "m", {"temperature": 0.0}, {"prompt": "hi"}) == \
+        hashlib.sha256(b'{"engine":"openai","model":"m","params":{"temperature":0.0},"payload":{"prompt":"hi"}}'
+                       ).hexdigest()

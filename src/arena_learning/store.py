@@ -29,7 +29,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import combinations
 from pathlib import Path
 from typing import Any, ClassVar
@@ -181,9 +181,14 @@ def call_key_json(engine: str, model: str, params_json: str, payload_json: str) 
     the whole (tests/test_store.py pins it): a call's payload, its largest part, is encoded once for its key,
     its request body and its ledger row.
     """
-    blob = (f'{{"engine":{canonical_json(engine)},"model":{canonical_json(model)},"params":{params_json},'
-            f'"payload":{payload_json}}}')
+    blob = f'{_key_head(engine, model)}"params":{params_json},"payload":{payload_json}}}'
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@lru_cache(maxsize=256)
+def _key_head(engine: str, model: str) -> str:
+    """Return the start of a key's blob, the same for every call of one model: encoded once."""
+    return f'{{"engine":{canonical_json(engine)},"model":{canonical_json(model)},'
 
 
 @dataclass(frozen=True)
