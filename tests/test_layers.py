@@ -205,3 +205,18 @@ def test_the_command_line_starts_without_numpy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(PKG.parent), "PATH": ""})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_program_sets_the_collector_for_a_run_and_runs_the_cli():
+    # `arena` and `python -m arena_learning` (both arena_learning.__main__:main): thresholds that do not walk a
+    # run's heap hundreds of times, the imports' objects frozen, then the command line itself
+    import subprocess
+    import sys
+
+    code = ("import gc, sys; sys.argv = ['arena', '--help']\n"
+            "from arena_learning.__main__ import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n"
+            "    print(e.code, gc.get_threshold(), gc.get_freeze_count() > 1000)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(PKG.parent), "PATH": ""})
+    assert "battle" in out.stdout and out.stdout.strip().endswith("0 (50000, 20, 10) True"), out.stdout + out.stderr
