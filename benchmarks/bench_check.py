@@ -35,10 +35,11 @@ HERE = Path(__file__).resolve().parent
 
 @dataclass(frozen=True)
 class Bench:
-    """One quick benchmark behind a headline figure: its name and its arguments."""
+    """One quick benchmark behind headline figures: its name, its arguments, the figures it prints."""
 
     name: str
     args: tuple[str, ...]
+    figures: tuple[str, ...]
 
     @property
     def script(self) -> Path:
@@ -46,15 +47,18 @@ class Bench:
 
 
 BENCHES = (
-    Bench("battle_stage", ("--repeat", "3")),
-    Bench("ratings", ("--e2e-only",)),
-    Bench("import_grades", ()),
-    Bench("report", ("--runs", "3")),
+    Bench("battle_stage", ("--repeat", "3"), ("battle_stage.cold_s", "battle_stage.warm_s")),
+    Bench("ratings", ("--e2e-only",), ("ratings.e2e_s", "ratings.e2e_peak_mb", "ratings.fit_s")),
+    Bench("import_grades", (), ("import_grades.s", "import_grades.db_mb")),
+    Bench("report", ("--runs", "3"), ("report.build_s", "report.first_render_s")),
 )
 
 
-def run_bench(bench: Bench) -> tuple[list[results.Figure], float, str]:
-    """Run ``bench`` as a subprocess; return (the figures it printed, its seconds, its output when it failed)."""
+def run_bench(bench: Bench) -> tuple[list[results.Figure], float, str | None]:
+    """Run ``bench`` as a subprocess; return (the figures it printed, its seconds, what it said).
+
+    What it said is None when it failed (exited non-zero and printed no figure: its output is printed), else its
+    last line that is not a figure (why a figure is missing: no browser, no data)."""
     src = str(HERE.parent / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     t0 = time.perf_counter()
@@ -62,8 +66,11 @@ def run_bench(bench: Bench) -> tuple[list[results.Figure], float, str]:
     seconds = time.perf_counter() - t0
     figures = results.parse_emitted(proc.stdout)
     # a benchmark that misses its own goal exits 1 and still measured: only no figure at all is a failure
-    failed = "" if figures or proc.returncode == 0 else (proc.stdout + proc.stderr)[-3000:]
-    return figures, seconds, failed
+    if not figures and proc.returncode != 0:
+        print(f"  could not run (exit {proc.returncode}, {seconds:.0f} s):\n{(proc.stdout + proc.stderr)[-3000:]}")
+        return figures, seconds, None
+    said = [line for line in proc.stdout.splitlines() if line.strip() and not line.startswith(results.EMITTED)]
+    return figures, seconds, said[-1] if said else ""
 
 
 def report(changes: list[results.Change], tolerance: float) -> list[results.Change]:
@@ -99,13 +106,12 @@ def main() -> int:
     broken = []
     for bench in benches:
         print(f"== {bench.script.name} {' '.join(bench.args)}", flush=True)
-        figures, seconds, failed = run_bench(bench)
-        if failed:
+        figures, seconds, output = run_bench(bench)
+        if output is None:
             broken.append(bench.name)
-            print(f"  could not run ({seconds:.0f} s):\n{failed}")
             continue
-        if not figures:
-            print(f"  no figure ({seconds:.0f} s): see the benchmark's own output (a browser missing?)")
+        for name in sorted(set(bench.figures) - {f.figure for f in figures}):
+            print(f"  {name:<26} not measured here: {output}")
         measured.extend(figures)
         regressed_here = report(results.compare(figures, args.log), args.tolerance)
         print(f"  ({seconds:.0f} s)", flush=True)
