@@ -286,3 +286,35 @@ def test_the_battle_stage_judges_games_and_canaries_on_one_event_loop_and_one_ht
     assert len({id(loop) for loop, _ in seen}) == 1
     sessions = {id(s): s for _, s in seen}
     assert len(sessions) == 1 and all(s.closed for s in sessions.values())
+
+
+def test_a_judge_session_cancels_what_an_interrupted_batch_left_and_closes_its_engines():
+    import asyncio
+
+    from arena_learning.arena.judges import judge_session
+
+    class Engine:  # stands for a judge engine: the session helper is what is tested, not a model
+        keep_open = False
+        closed = False
+
+        async def aclose(self):
+            self.closed = True
+
+    class Judge:
+        def __init__(self):
+            self.engine = Engine()
+
+        def engines(self):
+            return [self.engine]
+
+    judge = Judge()
+    left: list[asyncio.Task] = []
+
+    async def batch():
+        left.append(asyncio.get_running_loop().create_task(asyncio.sleep(3600)))  # a call still in flight
+        raise KeyboardInterrupt  # the user's Ctrl-C in the middle of a batch
+
+    with pytest.raises(KeyboardInterrupt), judge_session(judge) as run:
+        assert judge.engine.keep_open
+        run(batch())
+    assert left[0].cancelled() and judge.engine.closed and not judge.engine.keep_open

@@ -82,6 +82,12 @@ def judge_session(judge: Judge) -> Iterator[Callable[[Coroutine[Any, Any, T]], T
         yield loop.run_until_complete
     finally:
         try:
+            # what an interrupted batch left running is cancelled first, as asyncio.run does
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             for engine in engines:
                 engine.keep_open = False
                 loop.run_until_complete(engine.aclose())
