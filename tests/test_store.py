@@ -93,3 +93,52 @@ def test_a_key_from_encoded_parts_is_the_key_of_the_whole_canonical_json():
     assert call_key("openai", "m", {"temperature": 0.0}, {"prompt": "hi"}) == \
         hashlib.sha256(b'{"engine":"openai","model":"m","params":{"temperature":0.0},"payload":{"prompt":"hi"}}'
                        ).hexdigest()
+
+
+def test_the_ledger_writer_commits_on_its_thread_and_close_waits_and_raises(tmp_path):
+    # results are committed off the event loop, one commit at a time; close() waits for the one under way and
+    # commits the rest, and a commit that failed is raised there, never lost in a callback
+    import asyncio
+    import threading
+
+    import pytest
+
+    from arena_learning.engines.calls import _LedgerWriter
+
+    def row(i: int) -> dict:
+        return {"key": f"k{i}", "engine": "openai", "model": "m", "request": {"i": i}, "status": "ok",
+                "response": {"text": str(i)}}
+
+    threads: set[str] = set()
+
+    async def batch(store: Store) -> None:
+        record = store.record_calls
+
+        def spy(rows):
+            threads.add(threading.current_thread().name)
+            record(rows)
+
+        store.record_calls = spy  # type: ignore[method-assign]  # to see which thread commits
+        writer = _LedgerWriter(store, delay=0.001)
+        for i in range(50):
+            writer.add(row(i))
+            await asyncio.sleep(0.0005 if i % 10 else 0.01)  # results arrive over several commits
+        await writer.close()
+
+    with Store(tmp_path / "ws") as store:
+        asyncio.run(batch(store))
+        assert len(store.lookup_calls([f"k{i}" for i in range(50)])) == 50
+    assert any(name.startswith("ledger") for name in threads)
+
+    async def failing(store: Store) -> None:
+        writer = _LedgerWriter(store, delay=0.001)
+        writer.add(row(1))
+        await asyncio.sleep(0.05)  # the commit ran on the thread, and failed
+        writer.add(row(2))
+        await writer.close()
+
+    store = Store(tmp_path / "ws2")
+    store.db.close()  # every commit now fails
+    with pytest.raises(sqlite3.ProgrammingError):
+        asyncio.run(failing(store))
+    store.close()  # releases the workspace (closing the connection again is a no-op)
