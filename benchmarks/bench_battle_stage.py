@@ -213,7 +213,7 @@ def main() -> int:
     print(f"baseline: arena-hard-auto gen_judgment at {BASELINE_CALLS_PER_S:.0f} calls/s = {baseline_s:.0f} s; "
           f"ratio {baseline_s / best_cold:.1f}x cold, {baseline_s / best_warm:.1f}x warm")
     command = f"python benchmarks/bench_battle_stage.py --repeat {args.repeat}"
-    note = f"{verdicts:,} games, {calls:,} judge calls (canaries on), best of {args.repeat}, load {load:.2f}"
+    note = f"{verdicts:,} games, {calls:,} judge calls (canaries on), best of {args.repeat}"
     emit("battle_stage.cold_s", best_cold, "s", "lower", command, note + ", empty ledger", record_it=args.record)
     emit("battle_stage.warm_s", best_warm, "s", "lower", command, note + ", every call in the ledger",
          record_it=args.record)

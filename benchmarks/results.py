@@ -120,8 +120,11 @@ TOLERANCE = 0.20
 def emit(figure: str, value: float, unit: str, better: Literal["lower", "higher"], command: str, note: str = "",
          *, record_it: bool = False, log: Path = LOG) -> Figure:
     """Print one figure measured now on its own stdout line (``FIGURE {json}``, the record it would be: what
-    bench_check reads); with ``record_it`` (a benchmark's ``--record``) append it to the log as well."""
-    fig = measured(figure, value, unit, better, command, note)
+    bench_check reads; the note ends with the load average); with ``record_it`` (a benchmark's ``--record``)
+    append it to the log as well."""
+    # the load says how far a figure of a shared machine is from a quiet one's
+    load = f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    fig = measured(figure, value, unit, better, command, f"{note}; {load}" if note else load)
     print(EMITTED + json.dumps(asdict(fig), ensure_ascii=False), flush=True)
     return append(fig, log) if record_it else fig
 
