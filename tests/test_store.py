@@ -100,6 +100,7 @@ def test_the_ledger_writer_commits_on_its_thread_and_close_waits_and_raises(tmp_
     # commits the rest, and a commit that failed is raised there, never lost in a callback
     import asyncio
     import threading
+    import time
 
     import pytest
 
@@ -109,25 +110,32 @@ def test_the_ledger_writer_commits_on_its_thread_and_close_waits_and_raises(tmp_
         return {"key": f"k{i}", "engine": "openai", "model": "m", "request": {"i": i}, "status": "ok",
                 "response": {"text": str(i)}}
 
-    threads: set[str] = set()
+    threads: list[str] = []
 
     async def batch(store: Store) -> None:
         record = store.record_calls
 
         def spy(rows):
-            threads.add(threading.current_thread().name)
+            threads.append(threading.current_thread().name)
+            time.sleep(0.005)  # a commit takes a while: results arrive while it runs
             record(rows)
 
-        store.record_calls = spy  # type: ignore[method-assign]  # to see which thread commits
+        store.record_calls = spy  # type: ignore[method-assign]  # to see which thread commits, and when
         writer = _LedgerWriter(store, delay=0.001)
         for i in range(50):
             writer.add(row(i))
             await asyncio.sleep(0.0005 if i % 10 else 0.01)  # results arrive over several commits
+        writer.add(row(50))
+        await asyncio.sleep(0.002)  # a commit is under way, with a result waiting for the next one ...
+        writer.add(row(51))
         await writer.close()
+        commits = len(threads)
+        await asyncio.sleep(0.05)  # ... and once closed, nothing is committed later (the loop runs on)
+        assert len(threads) == commits
 
     with Store(tmp_path / "ws") as store:
         asyncio.run(batch(store))
-        assert len(store.lookup_calls([f"k{i}" for i in range(50)])) == 50
+        assert len(store.lookup_calls([f"k{i}" for i in range(52)])) == 52
     assert any(name.startswith("ledger") for name in threads)
 
     async def failing(store: Store) -> None:

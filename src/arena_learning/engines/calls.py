@@ -136,17 +136,20 @@ class _LedgerWriter:
         self.rows: list[dict[str, Any]] = []
         self.timer: asyncio.TimerHandle | None = None
         self.writing: asyncio.Future | None = None  # the commit under way on the worker thread
+        self.closing = False  # close() commits what is left itself: nothing more is scheduled
 
     def add(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
         self._schedule()
 
     def _schedule(self) -> None:
-        if self.timer is None and self.writing is None and self.rows:
+        if self.timer is None and self.writing is None and self.rows and not self.closing:
             self.timer = asyncio.get_running_loop().call_later(self.delay, self._flush)
 
     def _flush(self) -> None:
         self.timer = None
+        if not self.rows or self.closing:
+            return
         rows, self.rows = self.rows, []
         self.writing = asyncio.get_running_loop().run_in_executor(_COMMITS, self.store.record_calls, rows)
         self.writing.add_done_callback(self._written)
@@ -157,13 +160,18 @@ class _LedgerWriter:
             self._schedule()
 
     async def close(self) -> None:
-        """Wait for the commit under way (raising its error), then commit what is left, here."""
+        """Wait for the commit under way (raising its error), then commit what is left, here.
+
+        No commit is scheduled once it starts: one left for later would run on the thread while the caller
+        writes to the store (the same loop runs a stage's next batch).
+        """
+        self.closing = True
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
         if self.writing is not None:
-            writing, self.writing = self.writing, None
-            await asyncio.shield(writing)  # a cancelled batch still waits for its commit to land
+            await asyncio.shield(self.writing)  # a cancelled batch still waits for its commit to land
+            self.writing = None
         if self.rows:
             rows, self.rows = self.rows, []
             self.store.record_calls(rows)
