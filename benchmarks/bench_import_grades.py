@@ -6,8 +6,9 @@ vocabulary (about as compressible as English, a little less); pairwise, that is 
 GPT-4 single judgments average about 1,900 characters (142 MB for 30,966 games each holding two). The file
 is written once, then ``arena import-judgments FILE -w WS`` is timed as a subprocess (start-up included)
 and the workspace's ``arena.db`` is measured. Goal: under 10 s and under 10 MB; exits 1 when missed.
+``--record`` appends both figures to ``benchmarks/results.jsonl`` (``make bench-check`` compares with them).
 
-    python benchmarks/bench_import_grades.py [--goal-s 10] [--goal-mb 10]
+    python benchmarks/bench_import_grades.py [--goal-s 10] [--goal-mb 10] [--record]
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from results import emit  # benchmarks/results.py: the results log
 
 ARENA = [sys.executable, "-m", "arena_learning"]
 
@@ -53,6 +56,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--goal-s", type=float, default=10.0)
     ap.add_argument("--goal-mb", type=float, default=10.0)
+    ap.add_argument("--record", action="store_true", help="append the figures to benchmarks/results.jsonl")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "gpt-4_single.jsonl"
@@ -67,6 +71,10 @@ def main() -> int:
         db_mb = (ws / "arena.db").stat().st_size / 1e6
         print(json.dumps({"grades": n, "input_mb": round(src.stat().st_size / 1e6, 2), "import_s": round(seconds, 2),
                           "arena_db_mb": round(db_mb, 2), "stderr": proc.stderr.strip().splitlines()[:1]}))
+        command, note = "python benchmarks/bench_import_grades.py", f"{n:,} FastChat single grades, 15 models"
+        emit("import_grades.s", seconds, "s", "lower", command, note + "; arena import-judgments, start-up included",
+             record_it=args.record)
+        emit("import_grades.db_mb", db_mb, "MB", "lower", command, note + "; arena.db size", record_it=args.record)
     return 0 if seconds < args.goal_s and db_mb < args.goal_mb else 1
 
 

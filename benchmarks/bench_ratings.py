@@ -1,6 +1,9 @@
 """Benchmark: Bradley-Terry MLE plus 1,000 bootstrap rounds on 1,000,000 battles among 20 models.
 
-Run: ``python benchmarks/bench_ratings.py [--battles N] [--rounds R] [--quick] [--e2e-only]``
+Run: ``python benchmarks/bench_ratings.py [--battles N] [--rounds R] [--quick] [--e2e-only] [--record]``
+
+``--record`` appends the end-to-end figures (wall, peak RSS, in-process fit) to
+``benchmarks/results.jsonl``; ``make bench-check`` runs ``--e2e-only`` and compares with them.
 
 First the command end to end: a 1,000,000-row Chatbot-Arena-format Parquet log (question_id,
 model_a, model_b, winner and two columns the command does not need) is written to a temp
@@ -38,6 +41,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "2")
 
 import numpy as np  # noqa: E402 - after the thread limits above, which numpy reads when it loads
+from results import emit  # noqa: E402 - benchmarks/results.py: the results log
 
 from arena_learning.rating.bt import rate  # noqa: E402 - loads numpy: after the thread limits
 from arena_learning.rating.counts import BattleTable  # noqa: E402 - loads numpy: after the thread limits
@@ -207,12 +211,22 @@ def main() -> int:
     parser.add_argument("--naive-rounds", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     parser.add_argument("--e2e-only", action="store_true", help="only the end-to-end command case")
+    parser.add_argument("--record", action="store_true", help="append the end-to-end figures to results.jsonl")
     args = parser.parse_args()
     if args.quick:
         args.battles, args.rounds, args.naive_battles, args.naive_rounds = 50_000, 100, 5_000, 5
 
     # first: the only child process this benchmark starts (see end_to_end)
-    *_, e2e_ok = end_to_end(args.battles, args.rounds)
+    wall, peak, fit_s, e2e_ok = end_to_end(args.battles, args.rounds)
+    if args.battles == 1_000_000 and args.rounds == 1000:  # the headline's size: other sizes are other figures
+        command = "python benchmarks/bench_ratings.py --e2e-only"
+        note = "1,000,000 battles, 20 models, --bootstrap 1000, Parquet log"
+        emit("ratings.e2e_s", wall, "s", "lower", command, note + "; arena ratings, start-up included",
+             record_it=args.record)
+        emit("ratings.e2e_peak_mb", peak, "MB", "lower", command, note + "; peak RSS of the command",
+             record_it=args.record)
+        emit("ratings.fit_s", fit_s, "s", "lower", command, note + "; MLE + bootstrap in process",
+             record_it=args.record)
     if args.e2e_only:
         return 0 if e2e_ok else 1
     print()

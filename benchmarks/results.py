@@ -65,17 +65,27 @@ def commit() -> str:
     return head + ("+" if dirty else "")
 
 
-def record(figure: str, value: float, unit: str, better: Literal["lower", "higher"], command: str,
-           note: str = "", log: Path = LOG) -> Figure:
-    """Append one measured figure to the log and return it."""
+def measured(figure: str, value: float, unit: str, better: Literal["lower", "higher"], command: str,
+             note: str = "") -> Figure:
+    """Return a figure measured now: today's date, this checkout's commit, this machine (nothing is written)."""
     if better not in ("lower", "higher"):
         raise ValueError(f"better must be 'lower' or 'higher', not {better!r} (figure {figure})")
-    fig = Figure(figure=figure, value=float(value), unit=unit, better=better,
-                 date=_dt.date.today().isoformat(), commit=commit(), machine=machine(),
-                 command=command, note=note)
+    return Figure(figure=figure, value=float(value), unit=unit, better=better,
+                  date=_dt.date.today().isoformat(), commit=commit(), machine=machine(),
+                  command=command, note=note)
+
+
+def append(fig: Figure, log: Path = LOG) -> Figure:
+    """Append ``fig`` to the log and return it."""
     with open(log, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(asdict(fig), ensure_ascii=False) + "\n")
     return fig
+
+
+def record(figure: str, value: float, unit: str, better: Literal["lower", "higher"], command: str,
+           note: str = "", log: Path = LOG) -> Figure:
+    """Append one measured figure to the log and return it."""
+    return append(measured(figure, value, unit, better, command, note), log)
 
 
 def history(log: Path = LOG) -> list[Figure]:
@@ -96,3 +106,56 @@ def history(log: Path = LOG) -> list[Figure]:
 def latest(log: Path = LOG) -> dict[str, Figure]:
     """Return the latest record of each figure."""
     return {fig.figure: fig for fig in history(log)}
+
+
+# ---- figures measured now: printed for bench_check, recorded on request --------------------------------------
+
+EMITTED = "FIGURE "
+"""The prefix of the stdout line on which a benchmark prints a figure it measured (then its JSON)."""
+
+TOLERANCE = 0.20
+"""How much worse than its last record a figure may get before bench_check names it (20%)."""
+
+
+def emit(figure: str, value: float, unit: str, better: Literal["lower", "higher"], command: str, note: str = "",
+         *, record_it: bool = False, log: Path = LOG) -> Figure:
+    """Print one figure measured now on its own stdout line (``FIGURE {json}``, the record it would be: what
+    bench_check reads; the note ends with the load average); with ``record_it`` (a benchmark's ``--record``)
+    append it to the log as well."""
+    # the load says how far a figure of a shared machine is from a quiet one's
+    load = f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    fig = measured(figure, value, unit, better, command, f"{note}; {load}" if note else load)
+    print(EMITTED + json.dumps(asdict(fig), ensure_ascii=False), flush=True)
+    return append(fig, log) if record_it else fig
+
+
+def parse_emitted(text: str) -> list[Figure]:
+    """Return the figures a benchmark printed with ``emit`` in ``text`` (its stdout), in order."""
+    return [Figure(**json.loads(line[len(EMITTED):])) for line in text.splitlines() if line.startswith(EMITTED)]
+
+
+@dataclass(frozen=True)
+class Change:
+    """A figure measured now beside its last record: how much worse it got (negative: better)."""
+
+    new: Figure
+    old: Figure | None  # None: the figure has no record yet
+
+    @property
+    def worse(self) -> float | None:
+        """Return the relative change in the figure's bad direction (0.25: 25% worse), None without a record."""
+        if self.old is None or self.old.value == 0:
+            return None
+        change = (self.new.value - self.old.value) / abs(self.old.value)
+        return change if self.new.better == "lower" else -change
+
+    def regressed(self, tolerance: float = TOLERANCE) -> bool:
+        """Return whether the figure got more than ``tolerance`` worse than its last record."""
+        worse = self.worse
+        return worse is not None and worse > tolerance
+
+
+def compare(figures: list[Figure], log: Path = LOG) -> list[Change]:
+    """Return each figure measured now beside the latest record of the same figure in ``log``."""
+    last = latest(log)
+    return [Change(new=m, old=last.get(m.figure)) for m in figures]

@@ -254,3 +254,67 @@ def test_reanchor_maps_the_old_judges_ratings_to_a_new_judges_and_names_the_rank
                     f"'{new.url}'}}}}\n")
     clash = runner.invoke(app, ["reanchor", str(ws), str(same)])
     assert clash.exit_code == 2 and "give it a name of its own" in clash.output
+
+
+def test_the_battle_stage_judges_games_and_canaries_on_one_event_loop_and_one_http_session(tmp_path, scripted_server,
+                                                                                           monkeypatch):
+    import asyncio
+
+    from arena_learning.engines.openai_compat import OpenAIEngine
+
+    server = scripted_server(fair)
+    cfg_path, ws = workspace(tmp_path, server.url)
+    seen: list[tuple[object, object]] = []  # (event loop, session) of every call the judge engine sent
+    get_session = OpenAIEngine._get_session
+
+    def spying(self):
+        session = get_session(self)
+        seen.append((asyncio.get_running_loop(), session))
+        return session
+
+    monkeypatch.setattr(OpenAIEngine, "_get_session", spying)
+    result = CliRunner().invoke(app, ["battle", str(cfg_path), "-w", str(ws)])
+    assert result.exit_code == 0, result.output
+    # every game and every canary was asked (the identical pairs' two orders share one call) ...
+    assert len(seen) == server.requests == 2 * N + 16 - 2
+    with Store(ws, readonly=True) as store:
+        assert len(store.get_judgments("j", set_name="canary/test")) == 16
+        assert len(store.get_judgments("j", set_name="test")) == 2 * N
+        (report,) = cn.stored_reports(store, "j")
+        assert report.failed == []
+    # ... on one loop and one session, closed when the stage ended
+    assert len({id(loop) for loop, _ in seen}) == 1
+    sessions = {id(s): s for _, s in seen}
+    assert len(sessions) == 1 and all(s.closed for s in sessions.values())
+
+
+def test_a_judge_session_cancels_what_an_interrupted_batch_left_and_closes_its_engines():
+    import asyncio
+
+    from arena_learning.arena.judges import judge_session
+
+    class Engine:  # stands for a judge engine: the session helper is what is tested, not a model
+        keep_open = False
+        closed = False
+
+        async def aclose(self):
+            self.closed = True
+
+    class Judge:
+        def __init__(self):
+            self.engine = Engine()
+
+        def engines(self):
+            return [self.engine]
+
+    judge = Judge()
+    left: list[asyncio.Task] = []
+
+    async def batch():
+        left.append(asyncio.get_running_loop().create_task(asyncio.sleep(3600)))  # a call still in flight
+        raise KeyboardInterrupt  # the user's Ctrl-C in the middle of a batch
+
+    with pytest.raises(KeyboardInterrupt), judge_session(judge) as run:
+        assert judge.engine.keep_open
+        run(batch())
+    assert left[0].cancelled() and judge.engine.closed and not judge.engine.keep_open

@@ -192,3 +192,31 @@ def test_no_import_cycle_anywhere_in_src():
     graph = import_graph()
     found = cycles(graph)
     assert not found, _describe(graph, found)
+
+
+def test_the_command_line_starts_without_numpy():
+    # every command pays for what the CLI imports at start-up; numpy (a tenth of it) is loaded by the commands
+    # that compute with it (ratings, the adaptive schedule, baselines), not by `arena battle` or `arena --help`
+    import subprocess
+    import sys
+
+    code = ("import sys, arena_learning.cli.main; "
+            "print(sorted(m for m in ('numpy', 'scipy', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(PKG.parent), "PATH": ""})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_program_sets_the_collector_for_a_run_and_runs_the_cli():
+    # `arena` and `python -m arena_learning` (both arena_learning.__main__:main): thresholds that do not walk a
+    # run's heap hundreds of times, the imports' objects frozen, then the command line itself
+    import subprocess
+    import sys
+
+    code = ("import gc, sys; sys.argv = ['arena', '--help']\n"
+            "from arena_learning.__main__ import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n"
+            "    print(e.code, gc.get_threshold(), gc.get_freeze_count() > 1000)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(PKG.parent), "PATH": ""})
+    assert "battle" in out.stdout and out.stdout.strip().endswith("0 (50000, 20, 10) True"), out.stdout + out.stderr

@@ -296,3 +296,22 @@ def test_a_cut_off_completion_is_kept_marked_and_counted(tmp_path, scripted_serv
         (answer,) = result.answers
         assert answer.turns == ["a long answer that was cut", "fine"] and answer.truncated == 1
         assert result.stats.truncated == 1
+
+
+def test_a_call_is_sent_and_stored_from_one_encoding_of_its_messages(tmp_path, scripted_server):
+    # the body's messages and the ledger row's request are spliced from the payload JSON its key was made of
+    from arena_learning.engines.calls import request_key
+
+    server = scripted_server(named())
+    text = 'caf\u00e9 "quoted" \\ back\nslash \U0001f600 <<<not a fence>>>'
+    req = Request(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}],
+                  params={"temperature": 0.0})
+    engine = build_engine(openai_spec(server.url))
+    with Store(tmp_path) as store:
+        (out,) = run_requests(store, engine, [req], show_progress=False)
+        (key, request), = store.db.execute("SELECT key, request FROM calls").fetchall()
+    assert out is not None and out.text == "s:" + text
+    (body,) = server.bodies
+    assert body["messages"] == req.messages and body["model"] == "gemma-2shot" and body["temperature"] == 0.0
+    assert key == request_key(engine, req)
+    assert json.loads(request) == {"params": engine.key_params(req), "messages": req.messages}

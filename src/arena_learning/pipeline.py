@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from .arena.answers import answer_prompts
 from .arena.battles import combine_games, plan_battles
-from .arena.judges import Judge, PairTask, VerifierJudge
+from .arena.judges import Judge, PairTask, VerifierJudge, judge_session
 from .arena.schedule import AdaptiveScheduler, run_schedule, schedule_pairs
 from .config import JudgeConfig, ModelSpec, RunConfig, validate_config
 from .engines import build_engine
@@ -201,28 +201,30 @@ def stage_battle(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
     judge = make_judge(cfg)
     sched = cfg.battles
     progress = make_progress() if show_progress else None
-
-    def judge_tasks(tasks: list[PairTask]) -> list[Judgment]:
-        return asyncio.run(judge.judge_pairs(store, tasks, progress))
-
-    if progress is not None:
-        progress.start()
-    try:
-        if sched.schedule == "adaptive":
-            judgments, missing = _adaptive(cfg, prompts, answers, judge_tasks)
-        else:
-            pairs = schedule_pairs(sched.schedule, names, baseline=sched.baseline, target=sched.target)
-            plan = plan_battles(prompts, answers, pairs)
-            judgments, missing = judge_tasks(plan.tasks), plan.missing
-    finally:
-        if progress is not None:
-            progress.stop()
-    # Judgments of earlier runs (other models, prompts or judge settings) must not mix into audits.
     judge_names = {cfg.judge.name, *(m.name for m in cfg.judge.members)}
-    store.replace_judgments(judge_names, judgments, set_name)
-    mine = [j for j in judgments if j.judge == cfg.judge.name]
-    canaries = _canaries(cfg, store, judge, judge_names, prompts, answers, mine, set_name) \
-        if cfg.audit.enabled(cfg.judge) else None
+
+    # One event loop and one session per judge engine for the whole stage: every batch, canaries included.
+    with judge_session(judge) as run:
+        def judge_tasks(tasks: list[PairTask]) -> list[Judgment]:
+            return run(judge.judge_pairs(store, tasks, progress))
+
+        if progress is not None:
+            progress.start()
+        try:
+            if sched.schedule == "adaptive":
+                judgments, missing = _adaptive(cfg, prompts, answers, judge_tasks)
+            else:
+                pairs = schedule_pairs(sched.schedule, names, baseline=sched.baseline, target=sched.target)
+                plan = plan_battles(prompts, answers, pairs)
+                judgments, missing = judge_tasks(plan.tasks), plan.missing
+        finally:
+            if progress is not None:
+                progress.stop()
+        # Judgments of earlier runs (other models, prompts or judge settings) must not mix into audits.
+        store.replace_judgments(judge_names, judgments, set_name)
+        mine = [j for j in judgments if j.judge == cfg.judge.name]
+        canaries = _canaries(cfg, store, judge, run, judge_names, prompts, answers, mine, set_name) \
+            if cfg.audit.enabled(cfg.judge) else None
     costs = judge.call_stats()
     for name, judge_stats in costs.items():
         store.set_meta(f"judge_stats/{name}", judge_stats)
@@ -237,10 +239,11 @@ def stage_battle(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
                         self_preference=preference, canaries=canaries)
 
 
-def _canaries(cfg: RunConfig, store: Store, judge: Judge, judge_names: set[str], prompts: list[Prompt],
-              answers: list, games: list[Judgment], set_name: str):
-    """Plant the canaries (arena.canaries) beside ``games``, judge them, store them apart (their own prompt set)
-    and their report in the store; warn when the judge failed one. Return the ``CanaryReport``."""
+def _canaries(cfg: RunConfig, store: Store, judge: Judge, run: Callable[[Any], list[Judgment]], judge_names: set[str],
+              prompts: list[Prompt], answers: list, games: list[Judgment], set_name: str):
+    """Plant the canaries (arena.canaries) beside ``games``, judge them with ``run`` (the stage's judge_session),
+    store them apart (their own prompt set) and their report in the store; warn when the judge failed one.
+    Return the ``CanaryReport``."""
     import warnings
 
     from .arena import canaries as cn
@@ -248,7 +251,7 @@ def _canaries(cfg: RunConfig, store: Store, judge: Judge, judge_names: set[str],
     audit = cfg.audit
     run_games = len({(j.prompt_id, frozenset((j.model_a, j.model_b))) for j in games})
     tasks = cn.plant(prompts, answers, [m.name for m in cfg.models], run_games, audit.share, audit.seed)
-    planted = asyncio.run(judge.judge_pairs(store, tasks)) if tasks else []
+    planted = run(judge.judge_pairs(store, tasks)) if tasks else []
     where = f"{cn.CANARY_SET}/{set_name}"
     store.replace_judgments(judge_names, planted, where)
     report = cn.evaluate(cfg.judge.name, set_name, [j for j in planted if j.judge == cfg.judge.name], games,
@@ -401,7 +404,8 @@ def stage_reanchor(cfg: RunConfig, store: Store, new_judge: JudgeConfig, *, anch
         raise ArenaError(f"{store.root}: no battle of {cfg.judge.name!r} has both answers stored to judge again")
     new_cfg = cfg.model_copy(update={"judge": new_judge})
     judge = make_judge(new_cfg)
-    judgments = asyncio.run(judge.judge_pairs(store, tasks))
+    with judge_session(judge) as run:
+        judgments = run(judge.judge_pairs(store, tasks))
     names = {new_judge.name, *(m.name for m in new_judge.members)}
     store.replace_judgments(names, judgments, REANCHOR_SET)
     mine = [j for j in judgments if j.judge == new_judge.name]

@@ -29,6 +29,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from itertools import combinations
 from pathlib import Path
 from typing import Any, ClassVar
@@ -162,15 +163,32 @@ def grade_battles(grades: Iterable[Grade]) -> list[Battle]:
             for j in grade_games(grades) if j.status == "ok"]
 
 
+def canonical_json(value: Any) -> str:
+    """Return ``value`` as the ledger's canonical JSON: sorted keys, no spaces, text as it is (not escaped)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
 def call_key(engine: str, model: str, params: dict[str, Any], payload: Any) -> str:
     """Return the ledger key of a call: sha256 over its canonical JSON."""
-    blob = json.dumps(
-        {"engine": engine, "model": model, "params": params, "payload": payload},
-        sort_keys=True,
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
+    return call_key_json(engine, model, canonical_json(params), canonical_json(payload))
+
+
+def call_key_json(engine: str, model: str, params_json: str, payload_json: str) -> str:
+    """Return ``call_key`` from the canonical JSON of ``params`` and ``payload``, encoded once by the caller.
+
+    The canonical JSON of the dict {engine, model, params, payload} is its four members' canonical JSON in
+    sorted key order, so the blob is assembled from the parts byte for byte as ``canonical_json`` would write
+    the whole (tests/test_store.py pins it): a call's payload, its largest part, is encoded once for its key,
+    its request body and its ledger row.
+    """
+    blob = f'{_key_head(engine, model)}"params":{params_json},"payload":{payload_json}}}'
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@lru_cache(maxsize=256)
+def _key_head(engine: str, model: str) -> str:
+    """Return the start of a key's blob, the same for every call of one model: encoded once."""
+    return f'{{"engine":{canonical_json(engine)},"model":{canonical_json(model)},'
 
 
 @dataclass(frozen=True)
@@ -179,9 +197,14 @@ class CallRecord:
 
     key: str
     status: str
-    response: dict[str, Any] | None
+    response_json: str | None  # the response as the ledger holds it (JSON text); ``response`` decodes it
     error: str | None
     attempts: int
+
+    @cached_property
+    def response(self) -> dict[str, Any] | None:
+        """Return the response, decoded on first use (the ledger road validates ``response_json`` directly)."""
+        return json.loads(self.response_json) if self.response_json else None
 
 
 class WorkspaceLocked(ArenaError):
@@ -363,46 +386,44 @@ class Store:
                 f"SELECT key, status, response, error, attempts FROM calls WHERE key IN ({marks})", chunk
             )
             for key, status, response, error, attempts in rows:
-                found[key] = CallRecord(key, status, json.loads(response) if response else None, error, attempts)
+                found[key] = CallRecord(key, status, response or None, error, attempts)
         return found
 
     def record_calls(self, rows: Iterable[dict[str, Any]]) -> None:
         """Write finished calls to the ledger in one transaction.
 
         Each row has key, engine, model, request, status and either response or
-        error. A success overwrites an earlier failure; a success is never
-        overwritten.
+        error; ``request_json`` / ``response_json`` may stand for ``request`` /
+        ``response`` when the caller holds them encoded already (the ledger road
+        encodes a payload once). A success overwrites an earlier failure; a
+        success is never overwritten.
         """
         now = time.time()
+
+        def values(r: dict[str, Any]) -> tuple:
+            request = r.get("request_json") or json.dumps(r["request"], ensure_ascii=False)
+            response = r.get("response_json")
+            if response is None and r.get("response") is not None:
+                response = json.dumps(r["response"], ensure_ascii=False)
+            return (r["key"], r["engine"], r["model"], request, response, r["status"], r.get("error"),
+                    int(r.get("tokens_in", 0)), int(r.get("tokens_out", 0)), float(r.get("latency_s", 0.0)),
+                    now, now, r.get("requested_by"))
+
         with self._tx():
-            for r in rows:
-                self.db.execute(
-                    """INSERT INTO calls (key, engine, model, request, response, status, error,
-                                          tokens_in, tokens_out, latency_s, attempts, created_at, updated_at,
-                                          requested_by)
-                       VALUES (?,?,?,?,?,?,?,?,?,?,1,?,?,?)
-                       ON CONFLICT(key) DO UPDATE SET
-                         response=excluded.response, status=excluded.status, error=excluded.error,
-                         tokens_in=excluded.tokens_in, tokens_out=excluded.tokens_out,
-                         latency_s=excluded.latency_s, attempts=calls.attempts+1,
-                         updated_at=excluded.updated_at
-                       WHERE calls.status != 'ok'""",
-                    (
-                        r["key"],
-                        r["engine"],
-                        r["model"],
-                        json.dumps(r["request"], ensure_ascii=False),
-                        json.dumps(r["response"], ensure_ascii=False) if r.get("response") is not None else None,
-                        r["status"],
-                        r.get("error"),
-                        int(r.get("tokens_in", 0)),
-                        int(r.get("tokens_out", 0)),
-                        float(r.get("latency_s", 0.0)),
-                        now,
-                        now,
-                        r.get("requested_by"),
-                    ),
-                )
+            # one executemany: the rows of a commit are the many results of one flush
+            self.db.executemany(
+                """INSERT INTO calls (key, engine, model, request, response, status, error,
+                                      tokens_in, tokens_out, latency_s, attempts, created_at, updated_at,
+                                      requested_by)
+                   VALUES (?,?,?,?,?,?,?,?,?,?,1,?,?,?)
+                   ON CONFLICT(key) DO UPDATE SET
+                     response=excluded.response, status=excluded.status, error=excluded.error,
+                     tokens_in=excluded.tokens_in, tokens_out=excluded.tokens_out,
+                     latency_s=excluded.latency_s, attempts=calls.attempts+1,
+                     updated_at=excluded.updated_at
+                   WHERE calls.status != 'ok'""",
+                [values(r) for r in rows],
+            )
 
     def demote_calls(self, rows: Iterable[tuple[str, str]]) -> None:
         """Turn the ledger successes of (error, key) ``rows`` into failures with that error, in one transaction.

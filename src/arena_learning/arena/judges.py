@@ -6,13 +6,19 @@ whatever it is. The verifier (here) checks each answer against the prompt's refe
 task suite's checkers (0-10), needs no model and ignores the store; the LLM judges and panels
 (:mod:`arena_learning.arena.llm_judges`) make their calls through the store's ledger.
 ``call_stats`` gives what the calls cost, by judge name, for the reports.
+
+A stage that judges in several batches (the games, then the canaries; the adaptive schedule's
+rounds) runs them all inside one :func:`judge_session`: one event loop, and each judge engine's
+connections (an HTTP session) opened once and closed at the end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..records import Answer, Judgment, Outcome, Prompt
 from ..tasks import check_turns
@@ -20,7 +26,10 @@ from ..tasks import check_turns
 if TYPE_CHECKING:
     from rich.progress import Progress
 
+    from ..engines.base import Engine
     from ..store import Store
+
+T = TypeVar("T")
 
 
 def verdict(score_a: float, score_b: float, tie_threshold: float = 0.0) -> Outcome:
@@ -52,6 +61,39 @@ class Judge(Protocol):
     def call_stats(self) -> dict[str, dict[str, Any]]:
         """Return what judging has cost so far by judge name (this judge's, its members'); {} without calls."""
         ...
+
+    def engines(self) -> list[Engine]:
+        """Return the engines the judge calls (a panel: its members'); [] for one that makes no calls."""
+        ...
+
+
+@contextmanager
+def judge_session(judge: Judge) -> Iterator[Callable[[Coroutine[Any, Any, T]], T]]:
+    """Yield ``run(coroutine)``, which runs on one event loop kept for the block, the judge's engines open.
+
+    Every batch run in the block shares the loop and each engine's connections (one HTTP session,
+    not one per batch); the engines are closed, and the loop with them, when the block ends.
+    """
+    engines = judge.engines()
+    loop = asyncio.new_event_loop()
+    for engine in engines:
+        engine.keep_open = True
+    try:
+        yield loop.run_until_complete
+    finally:
+        try:
+            # what an interrupted batch left running is cancelled first, as asyncio.run does
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            for engine in engines:
+                engine.keep_open = False
+                loop.run_until_complete(engine.aclose())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 class VerifierJudge:
@@ -87,3 +129,7 @@ class VerifierJudge:
     def call_stats(self) -> dict[str, dict[str, Any]]:
         """Return {}: the verifier makes no calls."""
         return {}
+
+    def engines(self) -> list[Engine]:
+        """Return []: the verifier makes no calls."""
+        return []

@@ -279,6 +279,10 @@ class LLMJudge:
         """Return {this judge's name: its calls, tokens and parse counts so far}."""
         return {self.name: self.stats.as_dict()}
 
+    def engines(self) -> list[Engine]:
+        """Return [the judge model's engine]."""
+        return [self.rater.engine]
+
     def _judgment(self, pid: str, model_a: str, model_b: str, row_a: list[Rated], row_b: list[Rated],
                   flags: list[str], pair: bool = True) -> Judgment:
         items = row_a if pair else row_a + row_b
@@ -365,6 +369,10 @@ class PanelJudge:
         for m in self.members:
             total.add(m.stats)
         return total
+
+    def engines(self) -> list[Engine]:
+        """Return every member's engines."""
+        return [e for m in self.members for e in m.engines()]
 
     def call_stats(self) -> dict[str, dict[str, Any]]:
         """Return the panel's totals under its name, then each member's own under the member's name."""

@@ -23,11 +23,16 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from itertools import combinations
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import ArenaError
 from ..records import Battle
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported where the adaptive scheduler uses it: the static schedules, which every
+# `arena battle` and `arena run` plans with, need none, and numpy is a tenth of the start-up.
 
 SCHEDULE_KINDS = ("all", "baseline", "target", "adaptive")
 """Names of the schedules a run config can choose."""
@@ -185,6 +190,7 @@ class AdaptiveScheduler:
             stop_z: stop once every pair is ordered with |delta| / SE >= stop_z (inf: never).
             prior_games: virtual games per model against the average (keeps fits finite).
         """
+        import numpy as np
         _check_names(models)
         if len(models) < 2:
             raise ArenaError(f"the adaptive schedule needs at least two models, got {len(models)}")
@@ -323,6 +329,7 @@ class AdaptiveScheduler:
         prompt set and the models are compared on the same mix of prompts, as in the
         round robin.
         """
+        import numpy as np
         a, b = int(self._pi[pair]), int(self._pj[pair])
         rank = self._prompt_rank.get(pair)
         if rank is None:
@@ -342,6 +349,7 @@ class AdaptiveScheduler:
 
     def _estimate(self) -> tuple[np.ndarray, np.ndarray]:
         """Return theta float64 (K,) and its Fisher information float64 (K, K), natural units."""
+        import numpy as np
         if self._fit is None:
             from ..rating.bt import expit, fit_counts
 
@@ -355,11 +363,13 @@ class AdaptiveScheduler:
 
     def _pair_variance(self, cov: np.ndarray) -> np.ndarray:
         """Return Var(theta_i - theta_j) float64 (n_pairs,) from the covariance (K, K)."""
+        import numpy as np
         d = np.diag(cov)
         return np.maximum(d[self._pi] + d[self._pj] - 2.0 * cov[self._pi, self._pj], 1e-12)
 
     def _z(self) -> np.ndarray:
         """Return |theta_i - theta_j| / SE float64 (n_pairs,) under the current fit."""
+        import numpy as np
         theta, info = self._estimate()
         var = self._pair_variance(np.linalg.pinv(info))
         return np.abs(theta[self._pi] - theta[self._pj]) / np.sqrt(var)
@@ -389,6 +399,7 @@ class AdaptiveScheduler:
 
         Sets ``stop_reason`` and returns [] when no pair should play.
         """
+        import numpy as np
         if not (left > 0).any():
             self._finish("every (prompt, pair) scheduled")
             return []
@@ -440,6 +451,7 @@ class AdaptiveScheduler:
 
     def _pair_matrix(self, values: np.ndarray) -> np.ndarray:
         """Return the symmetric float64 (K, K) matrix holding per-pair ``values`` (n_pairs,)."""
+        import numpy as np
         k = len(self.models)
         out = np.zeros((k, k))
         out[self._pi, self._pj] = values
@@ -453,6 +465,8 @@ def _game_information(theta: np.ndarray, floor: float = 0.01) -> np.ndarray:
     The default floor keeps a pair the fit thinks lopsided worth something when
     choosing battles (an early fit can be far off); the Fisher information uses 0.
     """
+    import numpy as np
+
     from ..rating.bt import expit  # numpy's; scipy.special would cost every command ~0.2 s at start-up
 
     p = expit(theta[:, None] - theta[None, :])
@@ -461,6 +475,7 @@ def _game_information(theta: np.ndarray, floor: float = 0.01) -> np.ndarray:
 
 def _laplacian(weights: np.ndarray) -> np.ndarray:
     """Return the graph Laplacian float64 (K, K) of symmetric edge ``weights`` (K, K)."""
+    import numpy as np
     w = weights - np.diag(np.diag(weights))
     return np.diag(w.sum(1)) - w
 

@@ -7,28 +7,22 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from ..config import load_config_file
-from ..curate.runs import (
-    INGESTED,
-    ingest_table,
-    per_cluster_table,
-    print_problems,
-    run_ingest,
-    run_pool,
-    run_testset,
-    set_path,
-    steps_table,
-    tracker,
-)
-from ..curate.settings import PoolConfig, SourceFormat, SourceSpec, TestsetConfig
+from ..curate import INGESTED
 from ..errors import ArenaError
 from ..store import Store
 from .errors import user_errors as _user_errors
+
+if TYPE_CHECKING:
+    from ..curate.settings import SourceFormat
+
+# The curation modules (their config classes, filters, progress tables) are imported by the commands that run
+# them: every other command (`arena battle` among them) starts without them.
 
 console = Console()
 
@@ -68,6 +62,9 @@ def ingest_command(
     them fatal); what was ingested before a fatal line is kept. Rerunning is safe:
     records already in the set are recognised by id and content.
     """
+    from ..curate.runs import ingest_table, print_problems, run_ingest, set_path, tracker
+    from ..curate.settings import SourceSpec
+
     allowed: tuple[SourceFormat, ...] = ("auto", "sharegpt", "openai", "alpaca", "mtbench", "arenahard")
     if format not in allowed:
         raise ArenaError(f"--format {format!r} is not one of: {', '.join(allowed)}")
@@ -92,6 +89,9 @@ def testset_build_command(
     workspace (and JSONL copies under WORKSPACE/sets/), then prints the counts per step
     and per cluster.
     """
+    from ..curate.runs import per_cluster_table, run_testset, steps_table
+    from ..curate.settings import TestsetConfig
+
     cfg = load_config_file(config, TestsetConfig, set_)
     root, result = run_testset(cfg, workspace, progress=not quiet)
     console.print(steps_table(result.steps, "test set: counts per step"))
@@ -113,6 +113,9 @@ def pool_build_command(
     Slices are stratified by cluster and seeded; D0 is the initial SFT data. Writes
     pool/clean and pool/D0.. to the workspace (JSONL copies under WORKSPACE/sets/pool/).
     """
+    from ..curate.runs import per_cluster_table, run_pool, steps_table
+    from ..curate.settings import PoolConfig
+
     cfg = load_config_file(config, PoolConfig, set_)
     root, result = run_pool(cfg, workspace, progress=not quiet)
     console.print(steps_table(result.steps, "pool: counts per step"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -30,11 +30,13 @@ from ..arena.peers import (
 )
 from ..config import RatingConfig
 from ..errors import ArenaError
-from ..rating.baseline import BaselineRate, baseline_win_rates
 from ..records import Battle, Rating
 from ..store import Store, grade_battles
 from .consoles import print_manifest_line, stderr_console, stdout_console, write_csv_manifest
 from .errors import reporting_errors
+
+if TYPE_CHECKING:
+    from ..rating.baseline import BaselineRate  # numpy: loaded by the one command that rates against a baseline
 
 IMPORT_HELP = (
     "Import published judgments: arena-hard-auto model_judgment JSONL (games with [[A>>B]] labels), FastChat "
@@ -245,6 +247,8 @@ def judge_board(workspace: Path, judge: str | None, json_out: bool, csv: Path | 
 
 def baseline_board(workspace: Path, baseline: str, json_out: bool, judge: str | None = None) -> list[BaselineRate]:
     """Print arena-hard's headline for a workspace: win rate against ``baseline`` with a bootstrap 95% CI."""
+    from ..rating.baseline import baseline_win_rates
+
     name, battles, r = _judge_battles(workspace, judge)
     rounds = r.bootstrap
     rows = baseline_win_rates(battles, baseline, bootstrap=rounds, seed=r.seed)

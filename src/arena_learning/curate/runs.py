@@ -23,6 +23,7 @@ from rich.table import Table
 from ..errors import ArenaError
 from ..records import Prompt
 from ..store import Store
+from . import INGESTED
 from .filters import Step, build_moderator, clean
 from .ingest import IngestError, Ingestor, IngestReport, source_label
 from .settings import PoolConfig, SourceSpec, TestsetConfig
@@ -33,7 +34,6 @@ err_console = console
 Track = Callable[[str, "int | None"], Callable[[int], None]]
 """Progress: (description, total) -> advance(n). With total None, advance(0) marks the bar done."""
 
-INGESTED = "ingested"
 BAD_KINDS = ("bad_json", "not_utf8", "wrong_format", "bad_record", "empty_file")
 """Count keys of skipped inputs (see ingest.Problem.kind)."""
 

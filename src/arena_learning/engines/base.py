@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from ..config import ModelSpec, PromptFormat
+from ..store import canonical_json
 
 
 class Request(BaseModel):
@@ -32,8 +33,23 @@ class Request(BaseModel):
             raise ValueError("a Request has either messages or prompt, not both or neither")
         return self
 
+    # payload_json's cache: the payload is the largest part of a call and is encoded once, for the ledger
+    # key, the HTTP body and the ledger row alike (a Request is not changed once built; model_copy resets it)
+    _payload_json: str | None = PrivateAttr(default=None)
+
     def payload(self) -> dict[str, Any]:
         return {"messages": self.messages} if self.messages is not None else {"prompt": self.prompt}
+
+    def payload_json(self) -> str:
+        """Return ``payload()`` as the ledger's canonical JSON (``store.canonical_json``), encoded once."""
+        if self._payload_json is None:
+            self._payload_json = canonical_json(self.payload())
+        return self._payload_json
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Request:
+        copy = super().model_copy(update=update, deep=deep)
+        copy._payload_json = None  # the copy may hold other messages
+        return copy
 
 
 class Completion(BaseModel):
@@ -65,6 +81,10 @@ class Engine(abc.ABC):
 
     kind: str = "base"
     in_process: bool = False  # the model runs in this process (no server between us and the weights)
+    # True while a caller runs several batches on one event loop and closes the engine itself
+    # (arena.judges.judge_session: a stage's games and canaries on one HTTP session); else each
+    # batch of ``arun_requests`` closes it when done
+    keep_open: bool = False
 
     def __init__(self, spec: ModelSpec):
         self.spec = spec

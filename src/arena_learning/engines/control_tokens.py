@@ -32,6 +32,8 @@ CONTROL_TOKEN = re.compile(
 def control_token_flags(text: str) -> list[str]:
     """Return the distinct control-token-like strings in ``text`` (first 5), in order of appearance."""
     found: list[str] = []
+    if "<" not in text and "[" not in text:  # every match opens with one of them: no regex pass
+        return found
     html_strike = "<s>" in text  # then "</s>" closes a strikethrough, not a sequence
     for m in CONTROL_TOKEN.finditer(text):
         if m.group(0) == "</s>" and html_strike:

@@ -100,6 +100,22 @@ _INJECTION_LOWER = tuple(re.compile(p, re.M) for p in _INJECTION_PARTS)
 # Characters that IGNORECASE matches to an ASCII letter but str.lower() does not map to one
 # (re._casefix); mapped first so the lower-cased prefilter never misses a match.
 _TO_ASCII = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+# Each lower-cased pattern above runs only when the lower-cased text holds one of its words, text
+# that every match of it contains (a substring test costs a fraction of a regex pass, and most
+# answers hold none of them): the scan reads every answer of a run, 12 patterns each.
+_INJECTION_WORDS: tuple[tuple[str, ...], ...] = (
+    ("ignore ",),
+    ("disregard ",),
+    ("instruction",),
+    ("judge",),
+    ("judge",),
+    ("give ", "assign ", "award ", "rate "),
+    ("score_",),
+    ("[[",),
+    ("system", "judge"),
+)
+assert len(_INJECTION_WORDS) == len(_INJECTION_PARTS), "one tuple of words per injection pattern"
+_WORDS = tuple(dict.fromkeys(w for words in _INJECTION_WORDS for w in words))  # each looked for once
 
 
 # Other ways an answer addresses its judge: fake end-of-answer tags in other notations, rubric
@@ -109,12 +125,16 @@ _FAKE_END = re.compile(
     r"|#{2,}\s*end\s+of\s+(?:the\s+)?(?:answer|response)|(?:^|\n)\s*(?:END|End) OF (?:ANSWER|RESPONSE)\b",
     re.I,
 )
+# What every match of _FAKE_END holds, lower-cased, besides "</": "end" then "of" with only spaces, "_"
+# or "-" between (a pattern with a literal prefix, which the regex engine finds fast).
+_END_OF = re.compile(r"end[\s_-]*of")
 _RUBRIC = re.compile(
     r"\b(?:new|updated|revised|changed|real|actual) (?:scoring |grading |evaluation )?(?:rubric|criteria|guidelines)\b"
     r"|\brubric (?:has (?:been )?changed|now (?:says|requires)|says)\b"
     r"|\bgrade (?:this|these|the) (?:answer|response)s? (?:on|by)\b",
     re.I,
 )
+_RUBRIC_WORDS = ("rubric", "criteria", "guidelines", "grade ")  # one of them is in every match, lower-cased
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
 
 
@@ -126,14 +146,17 @@ def _injection_flags(text: str) -> tuple[str, ...]:
     tokens = control_token_flags(text)
     if tokens:
         flags.append(f"control-tokens: {', '.join(tokens)}")
-    if fake_end := _FAKE_END.search(text):
+    ascii_only = text.isascii()  # then no invisible characters, nothing for _TO_ASCII to map
+    low = (text if ascii_only else text.translate(_TO_ASCII)).lower()
+    if ("</" in low or _END_OF.search(low)) and (fake_end := _FAKE_END.search(text)):
         flags.append(f"fake-end-of-answer: {fake_end.group(0).strip()[:40]!r}")
-    if rubric := _RUBRIC.search(text):
+    if any(w in low for w in _RUBRIC_WORDS) and (rubric := _RUBRIC.search(text)):
         flags.append(f"rubric-change: {rubric.group(0).strip()[:40]!r}")
-    if _INVISIBLE.search(text):
+    if not ascii_only and _INVISIBLE.search(text):
         flags.append("invisible-characters")
-    low = text.translate(_TO_ASCII).lower()
-    if any(p.search(low) for p in _INJECTION_LOWER):
+    present = {w for w in _WORDS if w in low}
+    if present and any(present.intersection(words) and p.search(low)
+                       for p, words in zip(_INJECTION_LOWER, _INJECTION_WORDS)):
         m = _INJECTION.search(text)
         if m:
             flags.append(f"instructions-to-judge: {m.group(0).strip()[:40]!r}")

@@ -1,0 +1,99 @@
+"""benchmarks/bench_check.py: figures measured now against their last record in a results log.
+
+The comparison runs on a log written here (benchmarks/results.py's own format), never on the
+benchmarks themselves: what is pinned is which figures are named as regressions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    """Return benchmarks/NAME.py as module NAME (bench_check imports ``results`` by that name, as scripts do)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # before it runs: its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+results = _load("results")
+bench_check = _load("bench_check")
+
+
+def _log(tmp_path: Path, rows: list[tuple[str, float, str]]) -> Path:
+    log = tmp_path / "results.jsonl"
+    for figure, value, better in rows:
+        results.record(figure, value, "s", better, f"python benchmarks/x.py  # {figure}", log=log)
+    return log
+
+
+def _measured(figure: str, value: float, better: str):
+    return results.measured(figure, value, "s", better, f"reproduce {figure}")
+
+
+def test_a_figure_more_than_20_percent_worse_is_a_regression_in_its_better_direction(tmp_path):
+    log = _log(tmp_path, [("stage.cold_s", 1.0, "lower"), ("stage.ratio_x", 40.0, "higher"),
+                          ("stage.warm_s", 0.5, "lower"), ("stage.fast_x", 10.0, "higher")])
+    changes = results.compare([
+        _measured("stage.cold_s", 1.25, "lower"),   # 25% slower: named
+        _measured("stage.ratio_x", 30.0, "higher"),  # 25% lower ratio: named
+        _measured("stage.warm_s", 0.59, "lower"),   # 18% slower: within the tolerance
+        _measured("stage.fast_x", 20.0, "higher"),  # better: never named
+    ], log)
+    named = {c.new.figure for c in changes if c.regressed()}
+    assert named == {"stage.cold_s", "stage.ratio_x"}
+    worse = {c.new.figure: round(c.worse, 3) for c in changes}
+    assert worse == {"stage.cold_s": 0.25, "stage.ratio_x": 0.25, "stage.warm_s": 0.18, "stage.fast_x": -1.0}
+
+
+def test_the_latest_record_is_the_baseline_and_a_new_figure_has_none(tmp_path):
+    # an older, better record does not count: the latest one is the figure's current value
+    log = _log(tmp_path, [("stage.cold_s", 0.5, "lower"), ("stage.cold_s", 1.0, "lower")])
+    c_old, c_new = results.compare([_measured("stage.cold_s", 1.1, "lower"), _measured("other_s", 9.0, "lower")], log)
+    assert c_old.old is not None and c_old.old.value == 1.0 and not c_old.regressed()
+    assert c_new.old is None and c_new.worse is None and not c_new.regressed()
+
+
+def test_bench_check_names_a_regression_with_its_command(tmp_path, capsys):
+    log = _log(tmp_path, [("stage.cold_s", 1.0, "lower"), ("stage.warm_s", 1.0, "lower")])
+    changes = results.compare([_measured("stage.cold_s", 1.5, "lower"), _measured("stage.warm_s", 1.0, "lower")], log)
+    regressed = bench_check.report(changes, 0.2)
+    out = capsys.readouterr().out
+    assert [c.new.figure for c in regressed] == ["stage.cold_s"]
+    assert "stage.cold_s" in out and "1 -> 1.5 s" in out and "REGRESSED" in out
+    assert out.count("REGRESSED") == 1
+
+
+def test_emitted_figures_round_trip_and_record_only_on_request(tmp_path, capsys):
+    log = tmp_path / "results.jsonl"
+    fig = results.emit("a_s", 1.5, "s", "lower", "python benchmarks/a.py", "note", log=log)
+    assert not log.exists()  # a plain run does not append
+    results.emit("b_x", 38.0, "x", "higher", "python benchmarks/b.py", record_it=True, log=log)
+    got = results.parse_emitted("other output\n" + capsys.readouterr().out)
+    assert [(m.figure, m.value, m.better) for m in got] == [("a_s", 1.5, "lower"), ("b_x", 38.0, "higher")]
+    assert got[0] == fig  # the line holds the record as it would be written (date, commit, machine)
+    (rec,) = results.history(log)
+    assert (rec.figure, rec.value, rec.better, rec.command) == ("b_x", 38.0, "higher", "python benchmarks/b.py")
+    with pytest.raises(ValueError, match="better must be"):
+        results.emit("c", 1.0, "s", "faster", "x")  # type: ignore[arg-type]  # the mistake under test
+
+
+def test_every_headline_benchmark_of_bench_check_prints_its_figures_and_takes_record():
+    # each script bench_check runs emits the figures bench_check expects of it and has --record (a plain run
+    # appends nothing)
+    for bench in bench_check.BENCHES:
+        text = bench.script.read_text(encoding="utf-8")
+        assert '"--record"' in text, bench.script.name
+        for figure in bench.figures:
+            assert f'emit("{figure}"' in text, (bench.script.name, figure)
