@@ -237,8 +237,8 @@ class ModelSpec(Section):
                           "seeded samples, decoded together in one context (continuous batching, like llama.cpp "
                           "server's --parallel); 1: one at a time. Batched rows go through other kernels, so near-tie "
                           "greedy answers can differ from one-at-a-time ones; a batched sample is drawn by the "
-                          "batcher's own seeded sampler and keyed apart in the ledger (README: Batched decoding in "
-                          "llama.cpp)")
+                          "batcher's own seeded sampler and keyed apart in the ledger (docs/models.md: Batched "
+                          "decoding in llama.cpp)")
     # empty replies, any engine (exclude=True as parallel: how failures are handled, not what the model answers)
     empty_retries: int = Field(2, ge=0, le=10, exclude=True, description="an empty reply that asking again could "
                                "change (an endpoint, an unseeded sample) is asked again this many times within the "
