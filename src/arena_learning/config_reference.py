@@ -27,13 +27,14 @@ from arena_learning.config import RunConfig
 from arena_learning.curate.settings import PoolConfig, TestsetConfig
 from arena_learning.flywheel.settings import FlywheelConfig
 
-# (title, class, the command that reads such a file, an example config)
-CONFIGS: list[tuple[str, type[BaseModel], str, str]] = [
-    ("Run config", RunConfig, "arena run / answer / battle / plan CONFIG", "examples/quickstart.yaml"),
-    ("Flywheel config", FlywheelConfig, "arena flywheel CONFIG, arena plan CONFIG --flywheel",
+# (title, class, the commands that read such a file, an example config)
+CONFIGS: list[tuple[str, type[BaseModel], list[str], str]] = [
+    ("Run config", RunConfig, ["arena run CONFIG", "arena answer CONFIG", "arena battle CONFIG", "arena plan CONFIG"],
+     "examples/quickstart.yaml"),
+    ("Flywheel config", FlywheelConfig, ["arena flywheel CONFIG", "arena plan CONFIG --flywheel"],
      "examples/flywheel.yaml"),
-    ("Test set config", TestsetConfig, "arena testset build CONFIG", "examples/testset.yaml"),
-    ("Pool config", PoolConfig, "arena pool build CONFIG", "examples/pool.yaml"),
+    ("Test set config", TestsetConfig, ["arena testset build CONFIG"], "examples/testset.yaml"),
+    ("Pool config", PoolConfig, ["arena pool build CONFIG"], "examples/pool.yaml"),
 ]
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "config.md"
 
@@ -143,8 +144,9 @@ def render() -> str:
         "",
     ]
     documented: set[type[BaseModel]] = set()
-    for title, cls, command, example in CONFIGS:
-        lines += [f"## {title}", "", f"Read by `{command}`; example: `{example}`.", ""]
+    for title, cls, commands, example in CONFIGS:
+        read_by = ", ".join(f"`{c}`" for c in commands)
+        lines += [f"## {title}", "", f"Read by {read_by}; example: `{example}`.", ""]
         for section in _sections([cls]):
             if section in documented:
                 continue
