@@ -227,3 +227,46 @@ def test_a_broken_link_fails_the_strict_build(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "s")],
                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode != 0 and "missing.md" in proc.stdout + proc.stderr
+
+
+# ---- the README's two quickstarts, run as written on a small size -------------------------------------------
+
+
+def _arena(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "arena_learning", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def _readme_command(prefix: str) -> list[str]:
+    line = next(c for c in page_commands(README) if c.startswith(prefix))
+    return line.split()[1:]
+
+
+@pytest.mark.slow
+def test_the_readmes_arena_quickstart_runs_as_written_on_a_small_test_set(tmp_path):
+    """`arena run examples/quickstart.yaml` (what `make demo` runs) on 18 prompts: a leaderboard of its models."""
+    assert "arena run examples/quickstart.yaml" in (ROOT / "Makefile").read_text(encoding="utf-8")
+    models = [m["name"] for m in yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())["models"]]
+    proc = _arena("run", "examples/quickstart.yaml", "-w", str(tmp_path / "ws"), "--set", "tasks.n=18",
+                  "--set", "ratings.bootstrap=10", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    board = json.loads(proc.stdout)
+    rows = board["leaderboard"] if isinstance(board, dict) else board
+    assert sorted(r["model"] for r in rows) == sorted(models)
+    assert (tmp_path / "ws" / "report.html").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_the_readmes_flywheel_quickstart_runs_as_written_on_one_small_round(tmp_path):
+    """`arena flywheel examples/flywheel.yaml` with one round of one SFT step on small slices: a round table."""
+    args = _readme_command("arena flywheel examples/flywheel.yaml")
+    assert args == ["flywheel", "examples/flywheel.yaml"]
+    proc = _arena(*args, "-w", str(tmp_path / "ws"), "--json", "--set", "tasks.n=24",
+                  "--set", "pool={D0: {n: 12, seed: 101}}", "--set", "rounds=[{stages: [{kind: sft, slice: D0}]}]",
+                  "--set", "harvest.samples.k=2", "--set", "training.sft.max_steps=1", "--set", "ratings.bootstrap=10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert [r["round"] for r in report["rounds"]] == [0] and report["references"]
+    assert (tmp_path / "ws" / "flywheel" / "round-0" / "0-sft" / "model.gguf").is_file()  # served through llama.cpp
