@@ -97,15 +97,20 @@ def flywheel_config(dry_run: bool) -> dict[str, Any]:
     import yaml
 
     base = yaml.safe_load((ROOT / "examples" / "flywheel.yaml").read_text(encoding="utf-8"))
-    batch = 4 if dry_run else 128
+    batch = 12 if dry_run else 128
     dtype = "float32" if dry_run else "bfloat16"  # bfloat16 matmuls crawl on CPUs without AVX-512 BF16
     base["name"] = "gpu-check"
-    base["tasks"] = {"n": 18 if dry_run else 270, "seed": 0}
+    base["tasks"] = {"n": 12 if dry_run else 270, "seed": 0}  # dry run: one prompt per category, one batch
     base["target"].update({"batch_size": batch, "dtype": dtype})
     refs = []
     for ref in base["references"]:  # llama.cpp is not built on the GPU machine: the same prompts via transformers
         refs.append({**ref, "engine": "transformers", "dtype": dtype, "batch_size": batch})
     base["references"] = refs
+    if dry_run:  # every step, at the least the CPU can answer: short answers, two samples a prompt
+        for spec in (base["target"], *refs):
+            spec["params"] = {**spec.get("params", {}), "max_tokens": 8}
+        if base.get("harvest", {}).get("samples"):
+            base["harvest"]["samples"].update({"k": 2, "shots": min(1, base["harvest"]["samples"].get("shots", 0))})
     base["training"]["serve_as"] = "transformers"  # the student too answers through transformers there
     n = 9 if dry_run else 320
     base["pool"] = {"D0": {"n": 9 if dry_run else 160, "seed": 101}, "D1": {"n": n, "seed": 102},
