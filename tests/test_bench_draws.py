@@ -1,7 +1,7 @@
 """benchmarks/bench_draws.py: each draw is the config with other slices and sample seeds, the same test set;
 the goals are counted as issue 18 states them.
 
-The draws themselves are flywheel runs of about 16 minutes each, run by hand (figures in the README).
+The draws themselves are flywheel runs of about 16 minutes each, run by hand (figures in docs/results.md).
 """
 
 from __future__ import annotations

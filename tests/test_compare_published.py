@@ -170,7 +170,7 @@ def test_several_boards_one_row_each_with_the_average(ws, tmp_path):
 
 
 def test_readme_worked_example_from_published_files_to_the_consistency_table(tmp_path):
-    """README "From published judgments to the consistency table": MT-Bench's 80 questions (../shared/data),
+    """docs/ratings.md "From published judgments to the consistency table": MT-Bench's 80 questions (../shared/data),
     grades written here in FastChat's layout (gzipped, pandas' float turns, a -1), a human board; three commands."""
     import gzip
 

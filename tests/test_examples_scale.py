@@ -14,7 +14,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-import typer
 import yaml
 from typer.testing import CliRunner
 
@@ -25,6 +24,7 @@ from arena_learning.flywheel.settings import FlywheelConfig
 from arena_learning.scale.launch import launch_command
 
 from .conftest import shared
+from .doc_commands import code_blocks, page_commands, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "scale.md"
@@ -93,48 +93,21 @@ def test_paper_flywheel_reads_the_nine_slices_and_trains_with_zero3():
 # ---- the commands docs/scale.md quotes --------------------------------------------------------
 
 
-def _code_blocks(text: str) -> list[tuple[str, str]]:
-    """Return (language, body) of every fenced block."""
-    return re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.S | re.M)
-
-
 def doc_commands() -> list[str]:
     """Return every `arena ...` command the page shows: in code blocks (continuations joined) and inline."""
-    text = DOC.read_text(encoding="utf-8")
-    out: list[str] = []
-    for _, body in _code_blocks(text):
-        joined = re.sub(r"\\\n\s*", " ", body)
-        for line in joined.splitlines():
-            line = line.strip().removeprefix("$ ")
-            if line.startswith("arena "):
-                out.append(re.sub(r"\s+#.*$", "", line))
-    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
-    out += [m for m in re.findall(r"`(arena [^`]+)`", prose)]
-    return out
-
-
-def _resolve(tokens: list[str]):
-    """Return (the click command ``tokens`` name, its path) by walking the CLI's groups."""
-    cmd = typer.main.get_command(app)
-    path: list[str] = []
-    for tok in tokens:
-        sub = getattr(cmd, "commands", {}).get(tok)
-        if sub is None:
-            break
-        cmd, path = sub, [*path, tok]
-    return cmd, path
+    return page_commands(DOC)
 
 
 def test_the_page_quotes_commands():
     cmds = doc_commands()
-    names = {" ".join(_resolve(shlex.split(c)[1:])[1]) for c in cmds}
+    names = {" ".join(resolve(shlex.split(c)[1:])[1]) for c in cmds}
     assert {"run", "plan", "flywheel", "ingest", "testset build", "pool build", "leaderboard"} <= names
 
 
 @pytest.mark.parametrize("line", doc_commands())
 def test_every_quoted_command_exists_with_its_options(line):
     tokens = shlex.split(line)[1:]
-    cmd, path = _resolve(tokens)
+    cmd, path = resolve(tokens)
     assert path, f"docs/scale.md quotes {line!r}, which names no arena command"
     assert not hasattr(cmd, "commands"), f"{line!r} names the group {' '.join(path)!r}, not a command"
     res = runner.invoke(app, [*path, "--help"])
@@ -145,7 +118,7 @@ def test_every_quoted_command_exists_with_its_options(line):
 
 
 def test_the_pages_yaml_snippets_validate():
-    blocks = [body for lang, body in _code_blocks(DOC.read_text(encoding="utf-8")) if lang == "yaml"]
+    blocks = [body for lang, body in code_blocks(DOC.read_text(encoding="utf-8")) if lang == "yaml"]
     assert blocks
     for body in blocks:
         data = yaml.safe_load(body)

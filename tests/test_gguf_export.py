@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +22,8 @@ from arena_learning.flywheel.settings import FlywheelConfig, TrainingConfig
 
 from .test_flywheel_export import make_tiny
 from .test_flywheel_rounds import CONFIG
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def tiny_gemma3(folder):
@@ -121,3 +124,62 @@ def test_the_flywheel_serves_the_base_through_llamacpp_with_the_transformers_ans
                                                                      show_progress=False)]
     same = sum(a == b for a, b in zip(answers["transformers"], answers["llamacpp"]))
     assert same >= 14, (same, answers)  # measured: 16/16 (bench_serve_as.py: 32/32 at max_tokens 16)
+
+
+RESUME = """
+import json, sys
+from arena_learning.config import validate_config
+from arena_learning.flywheel.rounds import Flywheel
+from arena_learning.flywheel.settings import FlywheelConfig
+from arena_learning.store import Store
+
+data, ws, model, gguf = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+cfg = validate_config(data, FlywheelConfig, "resume")
+said = []
+with Store(ws) as store:
+    fw = Flywheel(cfg, store, show_progress=False, say=said.append)
+    spec = cfg.target.model_copy(update={"name": "student-r0-sft", "model": model})
+    fw.serve_from(spec, __import__("pathlib").Path(gguf))
+    print(json.dumps({"model": fw.served(spec).model, "said": said}))
+"""
+
+
+@pytest.mark.slow
+def test_a_resumed_flywheel_reuses_a_finished_stages_export_and_never_writes_it_again(tmp_path):
+    """A finished stage's STAGE/model.gguf is exported once; a resumed run (a new process) reuses it and says so."""
+    import os
+    import subprocess
+    import sys
+
+    from arena_learning.engines.gguf_export import export_current
+    from arena_learning.engines.transformers_engine import bundled_hf_folder
+
+    data = json.loads(json.dumps(CONFIG))
+    data = {**data, "training": {"serve_as": "llamacpp", "serve_quantize": "f16"}}
+    stage = tmp_path / "ws" / "flywheel" / "round-0" / "0-sft"
+    stage.mkdir(parents=True)
+    (stage / "model").symlink_to(bundled_hf_folder(), target_is_directory=True)  # a trained stage's folder
+    gguf = stage / "model.gguf"
+
+    def run() -> dict:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run([sys.executable, "-c", RESUME, json.dumps(data), str(tmp_path / "ws"),
+                               str(stage / "model"), str(gguf)], capture_output=True, text=True, env=env,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    first = run()
+    assert first["model"] == str(gguf) and any("exporting" in m for m in first["said"]), first
+    written = gguf.stat()
+    assert export_current(stage / "model", gguf, quantize="f16")
+    resumed = run()  # the resume: another process, nothing in memory
+    assert resumed["model"] == str(gguf)
+    assert not any("exporting" in m for m in resumed["said"]) and any("reused" in m for m in resumed["said"]), resumed
+    again = gguf.stat()
+    assert (again.st_ino, again.st_mtime_ns, again.st_size) == (written.st_ino, written.st_mtime_ns, written.st_size)
+    # the control: an export whose marker is gone (a run killed between the rename and the marker) is made again
+    marker_path(gguf).unlink()
+    assert not export_current(stage / "model", gguf, quantize="f16")
+    redone = run()
+    assert any("exporting" in m for m in redone["said"]) and gguf.stat().st_mtime_ns != written.st_mtime_ns

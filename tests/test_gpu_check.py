@@ -1,13 +1,17 @@
 """benchmarks/gpu_check.py: the GPU run's flywheel is a valid config, the CUDA sizes are what the check promises.
 
-The run itself needs a GPU (the device tool) or, for ``--dry-run``, minutes of CPU training; both are run by
-hand (see the script's docstring). Here: what the script would hand to ``arena flywheel``, validated by the
-real loader, and the plan of what it trains.
+The run itself needs a GPU (the device tool). Here: what the script would hand to ``arena flywheel``, validated
+by the real loader, and (slow) ``run --dry-run`` end to end on the CPU, so the prepared check cannot rot unseen
+(it once failed with an IndexError after the flywheel config it reads lost two of its references).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +45,24 @@ def test_the_gpu_checks_flywheel_config_loads_and_trains_every_stage_in_full(dry
         assert cfg.training.launch.mixed_precision == "bf16" and not cfg.training.launch.cpu
         assert cfg.target.dtype == "bfloat16" and cfg.tasks.n == 270
         assert all(cfg.pool[s].n == 320 for s in ("D1", "D2", "D3"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3000)
+def test_the_dry_run_runs_every_step_of_the_gpu_check_on_the_cpu(tmp_path):
+    """`python benchmarks/gpu_check.py run --dry-run`: answering probes, then SFT -> SFT -> DPO -> RL, each rated."""
+    out, ws = tmp_path / "out", tmp_path / "ws"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "run", "--dry-run", "--out",
+                           str(out), "--workspace", str(ws), "--timeout", "2700"],
+                          capture_output=True, text=True, env=env, timeout=2900)
+    log = (out / "flywheel.log").read_text(encoding="utf-8") if (out / "flywheel.log").is_file() else ""
+    assert proc.returncode == 0, proc.stderr[-3000:] + log[-3000:]
+    figures = json.loads((out / "gpu_check.json").read_text(encoding="utf-8"))
+    assert figures["dry_run"] and figures["exit_code"] == 0
+    assert [a["model"] for a in figures["answering"]] == ["student", "gemma-270m-12shot"]
+    assert all(a["tokens"] > 0 for a in figures["answering"])
+    assert [(s["kind"], s["status"]) for s in figures["stages"]] == [("sft", "done"), ("sft", "done"),
+                                                                      ("dpo", "done"), ("rl", "done")]
+    assert all(s["steps"] == 1 and s["rating"] is not None for s in figures["stages"])
+    assert set(figures["exact_answers"]) >= {"student-base", "gemma-270m-12shot"}

@@ -127,31 +127,35 @@ class PromptFormat(Section):
     final ``assistant_prefix``.
     """
 
-    system: str = ""
-    user_prefix: str = "Question: "
-    user_suffix: str = "\n"
-    assistant_prefix: str = "Answer:"
-    assistant_suffix: str = "\n\n"
+    system: str = Field("", description="text before the few-shot examples and the conversation (a model's "
+                        "system_prompt replaces it)")
+    user_prefix: str = Field("Question: ", description="written before each user turn")
+    user_suffix: str = Field("\n", description="written after each user turn")
+    assistant_prefix: str = Field("Answer:", description="written before each answer; the model continues after the "
+                                  "last one")
+    assistant_suffix: str = Field("\n\n", description="written after each answer of the examples and earlier turns")
     few_shot: list[tuple[str, str]] = Field(default_factory=list, description="(question, answer) pairs")
-    strip_answer: bool = True
+    strip_answer: bool = Field(True, description="strip whitespace around the generated answer")
 
 
 class SamplingParams(Section):
-    max_tokens: int = Field(256, ge=1)
-    temperature: float = Field(0.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int = 0
-    stop: list[str] = Field(default_factory=list)
+    max_tokens: int = Field(256, ge=1, description="the most tokens an answer may have")
+    temperature: float = Field(0.0, ge=0.0, description="sampling temperature (0: greedy)")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling: the smallest set of tokens whose "
+                         "probability reaches top_p")
+    seed: int = Field(0, description="the sampling seed (sent with every request; endpoints that honour it repeat "
+                      "their samples)")
+    stop: list[str] = Field(default_factory=list, description="strings that end an answer (not included in it)")
 
 
 class CategoryParams(Section):
     """Sampling settings that replace a model's own for the prompts of one category (unset: kept)."""
 
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    seed: int | None = None
-    stop: list[str] | None = None
+    max_tokens: int | None = Field(None, ge=1, description="replaces params.max_tokens for the category")
+    temperature: float | None = Field(None, ge=0.0, description="replaces params.temperature for the category")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="replaces params.top_p for the category")
+    seed: int | None = Field(None, description="replaces params.seed for the category")
+    stop: list[str] | None = Field(None, description="replaces params.stop for the category")
 
 
 CATEGORY_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
@@ -204,11 +208,14 @@ _ENGINE_HELP = " or ".join(
 class ModelSpec(Section):
     """A contestant (or judge) model: which engine runs it and how it is prompted."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, description="the model's name in the arena (leaderboards, the store, --set "
+                      "models.NAME....); unique in a config")
     engine: str = Field(description=_ENGINE_HELP)
     model: str = Field("bundled", description="'bundled', a GGUF path (llamacpp), a served model id (openai) or a "
                        "Hugging Face model folder, a GGUF path or 'bundled' (transformers)")
-    mode: Literal["chat", "completion"] = "chat"
+    mode: Literal["chat", "completion"] = Field("chat", description="chat: messages through the chat template (an "
+                                                "instruction-tuned model); completion: a text prompt from "
+                                                "prompt_format (a base model, few-shot)")
     # exclude_if: written only when set, so identities and fingerprints of models without one stay as they were
     family: str | None = Field(None, exclude_if=lambda v: v is None, description="the model family (e.g. 'llama'), "
                                "for the self-preference check of a judge of the same family; default: the name "
@@ -218,8 +225,9 @@ class ModelSpec(Section):
         None, description="a Jinja chat template (overrides chat_format); like Hugging Face templates it writes "
         "{{ bos_token }} itself"
     )
-    prompt_format: PromptFormat = Field(default_factory=PromptFormat)
-    params: SamplingParams = Field(default_factory=SamplingParams)
+    prompt_format: PromptFormat = Field(default_factory=PromptFormat, description="completion mode: how a "
+                                        "conversation becomes text")
+    params: SamplingParams = Field(default_factory=SamplingParams, description="sampling settings of every request")
     system_prompt: str | None = Field(
         None, description="a system message put before every conversation the model answers as a contestant (chat "
         "mode; in completion mode it replaces prompt_format.system)"
@@ -229,8 +237,8 @@ class ModelSpec(Section):
         "settings, or a preset name ('mt-bench': FastChat's temperature per MT-Bench category)"
     )
     # llamacpp
-    n_ctx: int = 2048
-    n_threads: int | None = None
+    n_ctx: int = Field(2048, description="llamacpp: the context window in tokens (prompt and answer together)")
+    n_threads: int | None = Field(None, description="llamacpp: CPU threads (default: llama.cpp's choice)")
     # exclude=True: in no identity (flywheel fingerprints and model identities stay what they were); the ledger keys
     # a batched call with its decoding and row count (engines/llamacpp.py: key_params)
     parallel: int = Field(8, ge=1, exclude=True, description="llamacpp: completion-mode requests, greedy or seeded "
@@ -238,7 +246,7 @@ class ModelSpec(Section):
                           "server's --parallel), every step with this many rows, so an answer is a function of its "
                           "request alone (never of what is decoded beside it, the order, or what ran before); 1: one "
                           "at a time (another computation: answers can differ from batched ones in near-ties, and "
-                          "are keyed apart in the ledger). README: Batched decoding in llama.cpp")
+                          "are keyed apart in the ledger). docs/models.md: Batched decoding in llama.cpp")
     # empty replies, any engine (exclude=True as parallel: how failures are handled, not what the model answers)
     empty_retries: int = Field(2, ge=0, le=10, exclude=True, description="an empty reply that asking again could "
                                "change (an endpoint, an unseeded sample) is asked again this many times within the "
@@ -256,15 +264,19 @@ class ModelSpec(Section):
         "gpu_memory_utilization, quantization (they load the model; they are not part of the ledger key)"
     )
     # openai-compatible
-    base_url: str | list[str] | None = None
+    base_url: str | list[str] | None = Field(None, description="openai: the endpoint's URL (.../v1), or a list of "
+                                             "URLs that share the load (each request goes to the one with the fewest "
+                                             "in flight)")
     api_key_env: str | None = Field(None, description="name of the environment variable that holds the API key")
     revision: str | None = Field(
         None, description="the served weights' version (e.g. a checkpoint hash); it enters the ledger key, so "
         "changing it asks the endpoint again instead of reusing answers of the old weights"
     )
     concurrency: int = Field(16, ge=1, description="requests in flight per endpoint")
-    timeout_s: float = Field(120.0, gt=0)
-    max_retries: int = Field(6, ge=0)
+    timeout_s: float = Field(120.0, gt=0, description="openai: seconds before a request is abandoned and retried")
+    max_retries: int = Field(6, ge=0, description="openai: retries of a request after 429, 5xx, a timeout or a "
+                             "connection error (exponential backoff with full jitter) before the call is recorded as "
+                             "failed")
     price_in: float = Field(0.0, ge=0, description="price per 1M input tokens")
     price_out: float = Field(0.0, ge=0, description="price per 1M output tokens")
     rpm: int | None = Field(None, ge=1, description="openai: requests per minute per endpoint (besides concurrency)")
@@ -355,7 +367,7 @@ class TasksConfig(Section):
     """The built-in task suite as the test set."""
 
     n: int = Field(270, ge=1, description="number of prompts, spread evenly over the categories")
-    seed: int = 0
+    seed: int = Field(0, description="the seed the prompts are generated with (slices of a flywheel need other seeds)")
     categories: list[str] | None = Field(None, description="subset of the suite's categories (default: all)")
     suite: Literal[1, 2] = Field(
         1, description="the suite's version: 1, the original nine categories (the default, so a workspace made "
@@ -387,8 +399,10 @@ class JudgeConfig(Section):
     ``panel`` combines several judges (``members``) by ``rule``.
     """
 
-    kind: Literal["verifier", "llm", "panel"] = "verifier"
-    name: str = "verifier"
+    kind: Literal["verifier", "llm", "panel"] = Field("verifier", description="verifier: task-suite answers checked "
+                                                      "against their references; llm: a judge model and a template; "
+                                                      "panel: several judges combined")
+    name: str = Field("verifier", description="the judge's name: battles, audits and boards are stored under it")
     tie_threshold: float = Field(0.0, ge=0.0, description="score gap at or under which a battle is a tie")
     # llm
     template: str = Field("pairwise", description="built-in judge name or path of a judge folder / judge.yaml")
@@ -407,8 +421,9 @@ class JudgeConfig(Section):
     retries: int = Field(2, ge=0, description="re-asks of a verdict that does not parse")
     retry_temperature: float = Field(0.7, ge=0.0, description="temperature of those re-asks")
     # panel
-    members: list[JudgeConfig] = Field(default_factory=list)
-    rule: Literal["mean", "majority"] = "mean"
+    members: list[JudgeConfig] = Field(default_factory=list, description="panel: the member judges")
+    rule: Literal["mean", "majority"] = Field("mean", description="panel: mean of the members' scores, or majority of "
+                                              "their verdicts")
 
     @model_validator(mode="after")
     def _check(self) -> JudgeConfig:
@@ -445,29 +460,31 @@ class BattleConfig(Section):
         "target: `target` against every other model (the flywheel); adaptive: judge calls spent on the pairs "
         "whose order is still uncertain",
     )
-    baseline: str | None = None
-    target: str | None = None
+    baseline: str | None = Field(None, description="schedule baseline: the model every other model battles (e.g. "
+                                 "gpt-4-0314)")
+    target: str | None = Field(None, description="schedule target: the model that battles every other model")
     budget: int | None = Field(None, ge=1, description="adaptive: battles to judge (default: half the round robin)")
     batch_size: int = Field(64, ge=1, description="adaptive: battles judged between two refits")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the adaptive schedule's choices")
 
 
 class RatingConfig(Section):
     """Bradley-Terry ratings (scale 400, base 10, initial 1000)."""
 
     anchor: str | None = Field(None, description="model fixed at anchor_rating (default: mean 1000)")
-    anchor_rating: float = 1000.0
+    anchor_rating: float = Field(1000.0, description="the rating the anchor model is fixed at")
     bootstrap: int = Field(100, ge=0, description="bootstrap rounds for 95% CIs (0: none)")
-    resample: Literal["prompt", "battle"] = "prompt"
-    seed: int = 0
+    resample: Literal["prompt", "battle"] = Field("prompt", description="what the bootstrap resamples: whole prompts "
+                                                  "(every battle of a drawn prompt comes along) or single battles")
+    seed: int = Field(0, description="seed of the bootstrap resamples")
 
 
 class ScaleResources(Section):
     """What one engine actor of a model needs on the Ray cluster, and how many of them run."""
 
     replicas: int = Field(1, ge=1, description="engine actors of the model (each loads the model once)")
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0)
+    num_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves for each engine actor")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves for each engine actor")
 
 
 class ScaleConfig(Section):
@@ -477,7 +494,8 @@ class ScaleConfig(Section):
     returns, so resume and no-double-calls hold exactly as in a local run.
     """
 
-    backend: Literal["local", "ray"] = "local"
+    backend: Literal["local", "ray"] = Field("local", description="local: engines run in this process; ray: in engine "
+                                             "actors on a Ray cluster (the ledger stays here)")
     address: str | None = Field(None, description="ray: the cluster ('auto', 'ray://host:10001'); "
                                 "none starts a Ray instance on this machine")
     batch_size: int = Field(32, ge=1, description="ray: requests sent to an actor in one task")
@@ -513,15 +531,17 @@ class AuditConfig(Section):
 class RunConfig(Section):
     """One arena run: a test set, contestants, a judge, ratings."""
 
-    name: str = Field("arena", min_length=1)
+    name: str = Field("arena", min_length=1, description="the run's name (its default workspace is workspaces/<name>)")
     workspace: str | None = Field(None, description="workspace directory (default: workspaces/<name>)")
-    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig, description="the built-in task suite as the test set "
+                               "(when prompts is not given)")
     prompts: PromptsConfig | None = Field(None, description="open prompts instead of the task suite")
     models: list[ModelSpec] = Field(min_length=2, description="the contestants")
-    judge: JudgeConfig = Field(default_factory=JudgeConfig)
-    battles: BattleConfig = Field(default_factory=BattleConfig)
-    ratings: RatingConfig = Field(default_factory=RatingConfig)
-    scale: ScaleConfig = Field(default_factory=ScaleConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="who judges the battles")
+    battles: BattleConfig = Field(default_factory=BattleConfig, description="which pairs meet on which prompts")
+    ratings: RatingConfig = Field(default_factory=RatingConfig, description="Bradley-Terry ratings and their bootstrap")
+    scale: ScaleConfig = Field(default_factory=ScaleConfig, description="where the model calls run (this process or "
+                               "Ray engine actors)")
     audit: AuditConfig = Field(default_factory=AuditConfig, description="canaries that check an LLM judge")
 
     @model_validator(mode="after")
@@ -574,7 +594,7 @@ class ModelsFile(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    models: list[ModelSpec] = Field(min_length=1)
+    models: list[ModelSpec] = Field(min_length=1, description="the models of the file")
 
     def model(self, name: str) -> ModelSpec:
         for m in self.models:

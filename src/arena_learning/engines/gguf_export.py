@@ -76,14 +76,9 @@ def export_gguf(hf_folder: str | Path, out_path: str | Path, *, template_gguf: s
     (about 540 MB) or ``f32`` (about 1.1 GB, exact). Reused when ``out_path`` was made from the same
     folder content, template and quantization.
     """
-    if quantize not in QUANTIZE_TYPES:
-        raise ArenaError(f"export_gguf: quantize must be one of {', '.join(QUANTIZE_TYPES)} (got {quantize!r})")
     folder, out = Path(hf_folder), Path(out_path)
-    if not (folder / "config.json").is_file():
-        raise ArenaError(f"export to GGUF: {folder} is not a Hugging Face model folder (it has no config.json)")
     template = Path(template_gguf) if template_gguf is not None else bundled_model_path()
-    source = {"folder": content_identity(folder), "template": content_identity(template), "quantize": quantize,
-              "version": EXPORT_VERSION}
+    source = export_source(folder, template, quantize)
     if exported(out, source):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +105,24 @@ def export_gguf(hf_folder: str | Path, out_path: str | Path, *, template_gguf: s
                 with contextlib.suppress(FileNotFoundError):
                     t.unlink()
     return out
+
+
+def export_source(folder: Path, template: Path, quantize: str) -> dict[str, Any]:
+    """Return what an export of ``folder`` is made from (its marker's content): folder and template content,
+    quantization and the exporter's version."""
+    if quantize not in QUANTIZE_TYPES:
+        raise ArenaError(f"export_gguf: quantize must be one of {', '.join(QUANTIZE_TYPES)} (got {quantize!r})")
+    if not (folder / "config.json").is_file():
+        raise ArenaError(f"export to GGUF: {folder} is not a Hugging Face model folder (it has no config.json)")
+    return {"folder": content_identity(folder), "template": content_identity(template), "quantize": quantize,
+            "version": EXPORT_VERSION}
+
+
+def export_current(hf_folder: str | Path, out_path: str | Path, *, template_gguf: str | Path | None = None,
+                   quantize: Quantize = "q4_k_m") -> bool:
+    """Return whether ``out_path`` is a finished export of ``hf_folder`` as it is now (``export_gguf`` reuses it)."""
+    template = Path(template_gguf) if template_gguf is not None else bundled_model_path()
+    return exported(Path(out_path), export_source(Path(hf_folder), template, quantize))
 
 
 def exported(out: Path, source: dict[str, Any]) -> bool:

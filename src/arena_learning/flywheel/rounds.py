@@ -44,7 +44,7 @@ from .. import pipeline
 from ..arena.canaries import judge_risk_error
 from ..config import ModelSpec
 from ..engines.bundled import cache_dir
-from ..engines.gguf_export import export_gguf
+from ..engines.gguf_export import export_current, export_gguf
 from ..engines.identity import content_identity
 from ..engines.transformers_engine import release_models, resolve_hf_folder
 from ..errors import ArenaError
@@ -368,10 +368,16 @@ class Flywheel:
         if t.serve_as == "transformers" or spec.engine != "transformers" or spec.model not in self._gguf_at:
             return spec
         if spec.model not in self._served:
-            out = self._gguf_at[spec.model]
-            self.say(f"[flywheel] {spec.name}: serving through llama.cpp; exporting {spec.model} to GGUF "
-                     f"({t.serve_quantize}) at {out}")
-            path = export_gguf(resolve_hf_folder(spec.model), out, quantize=t.serve_quantize, threads=spec.n_threads)
+            out, folder = self._gguf_at[spec.model], resolve_hf_folder(spec.model)
+            # A finished export (its marker names this folder's content) is reused, on resume too; say which, so
+            # a resumed run's log never reads as if the file were written again.
+            if export_current(folder, out, quantize=t.serve_quantize):
+                self.say(f"[flywheel] {spec.name}: serving through llama.cpp from its GGUF export at {out} "
+                         f"(made before; reused)")
+            else:
+                self.say(f"[flywheel] {spec.name}: serving through llama.cpp; exporting {spec.model} to GGUF "
+                         f"({t.serve_quantize}) at {out}")
+            path = export_gguf(folder, out, quantize=t.serve_quantize, threads=spec.n_threads)
             self._served[spec.model] = served_spec(spec, path)
         return self._served[spec.model].model_copy(update={"name": spec.name, "params": spec.params,
                                                             "prompt_format": spec.prompt_format})

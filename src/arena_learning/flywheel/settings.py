@@ -65,9 +65,9 @@ DPO_LOSSES = {
 class LoraSettings(Section):
     """LoRA adapters (PEFT); merged into the weights after training, so the model serves as a plain folder."""
 
-    r: int = Field(16, ge=1)
-    alpha: int = Field(32, ge=1)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    r: int = Field(16, ge=1, description="LoRA rank")
+    alpha: int = Field(32, ge=1, description="LoRA scaling (the update is scaled by alpha / r)")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the LoRA layers")
     target_modules: str | list[str] = Field("all-linear", description="PEFT target modules ('all-linear': every "
                                             "projection of every layer)")
 
@@ -75,19 +75,19 @@ class LoraSettings(Section):
 class TrainSettings(Section):
     """What every trainer shares. ``batch_size`` is the effective batch: micro-batches x accumulation."""
 
-    learning_rate: float = Field(5e-6, gt=0)
-    epochs: float = Field(3, gt=0)
+    learning_rate: float = Field(5e-6, gt=0, description="peak learning rate")
+    epochs: float = Field(3, gt=0, description="passes over the stage's data (max_steps, when set, stops first)")
     max_steps: int = Field(-1, description="stop after this many optimizer steps (-1: epochs decide)")
     batch_size: int = Field(128, ge=1, description="examples per optimizer step")
     micro_batch_size: int = Field(8, ge=1, description="examples per forward pass (batch_size / this = accumulation)")
     max_length: int = Field(1024, ge=8, description="tokens per sequence (prompt + answer); longer ones are cut")
-    lr_scheduler: str = "cosine"
-    warmup_ratio: float = Field(0.03, ge=0.0, lt=1.0)
-    weight_decay: float = Field(0.0, ge=0.0)
+    lr_scheduler: str = Field("cosine", description="transformers' scheduler name (cosine, linear, constant, ...)")
+    warmup_ratio: float = Field(0.03, ge=0.0, lt=1.0, description="share of the steps the learning rate warms up over")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay")
     lora: LoraSettings | None = Field(default_factory=LoraSettings, description="LoRA; null: full fine-tuning")
     save_steps: int = Field(10, ge=1, description="checkpoint every N steps (a killed run resumes from the last)")
-    logging_steps: int = Field(1, ge=1)
-    seed: int = 0
+    logging_steps: int = Field(1, ge=1, description="log the loss every N steps (into losses.json)")
+    seed: int = Field(0, description="the trainer's seed (data order, initialisation of LoRA and heads)")
     threads: int | None = Field(None, ge=1, description="torch threads (default: torch's choice, the cores)")
 
     @property
@@ -110,7 +110,7 @@ class SFTSettings(TrainSettings):
     early rounds' examples again epoch after epoch.
     """
 
-    completion_only_loss: bool = True
+    completion_only_loss: bool = Field(True, description="the loss on the answer tokens only, not on the prompt")
     # exclude_if: written only when set, so that configs without it keep their fingerprints
     start: Literal["previous", "base"] = Field("previous", exclude_if=lambda v: v == "previous",
                                                description="what an SFT stage fine-tunes: the current model "
@@ -120,12 +120,15 @@ class SFTSettings(TrainSettings):
 class DPOSettings(TrainSettings):
     """DPO on harvested pairs (TRL DPOTrainer); ``loss_type`` is any of DPOConfig's (see DPO_LOSSES)."""
 
-    learning_rate: float = Field(5e-7, gt=0)
-    epochs: float = 2
-    beta: float = Field(0.3, gt=0)
-    loss_type: list[str] = Field(default_factory=lambda: ["sigmoid"])
-    loss_weights: list[float] | None = None
-    label_smoothing: float = Field(0.0, ge=0.0, lt=0.5)
+    learning_rate: float = Field(5e-7, gt=0, description="peak learning rate (the paper's DPO: 5e-7)")
+    epochs: float = Field(2, description="passes over the pairs")
+    beta: float = Field(0.3, gt=0, description="DPO's beta: how far the policy may move from the reference model")
+    loss_type: list[str] = Field(default_factory=lambda: ["sigmoid"], description="DPOConfig's loss types (sigmoid: "
+                                 "DPO, ipo, sigmoid_norm, robust, hinge, apo_zero, sft for an NLL term, ...); "
+                                 "several are summed with loss_weights")
+    loss_weights: list[float] | None = Field(None, description="one weight per loss_type (default: 1 each)")
+    label_smoothing: float = Field(0.0, ge=0.0, lt=0.5, description="conservative DPO / robust DPO: the assumed share "
+                                   "of flipped preference labels")
     ld_alpha: float | None = Field(None, ge=0.0, le=1.0, description="LD-DPO length desensitisation (Liu et al. 2024, "
                                    "arXiv 2409.06411): weight of the tokens beyond the shorter answer's length")
 
@@ -140,8 +143,8 @@ class DPOSettings(TrainSettings):
 class RMSettings(TrainSettings):
     """Reward model on harvested pairs (TRL RewardTrainer), with the pairs' margins."""
 
-    learning_rate: float = Field(1e-6, gt=0)
-    epochs: float = 1
+    learning_rate: float = Field(1e-6, gt=0, description="peak learning rate of the reward model")
+    epochs: float = Field(1, description="passes over the pairs")
     use_margin: bool = Field(True, description="subtract each pair's score gap inside the loss (Llama 2's margin)")
 
 
@@ -153,16 +156,19 @@ class RLSettings(TrainSettings):
     coefficient against the starting model (the paper's PPO KL 0.4).
     """
 
-    learning_rate: float = Field(1e-7, gt=0)
-    epochs: float = 1
-    batch_size: int = 16
-    micro_batch_size: int = 8
-    algorithm: Literal["rloo", "grpo"] = "rloo"
-    reward: Literal["model", "verifier"] = "model"
-    beta: float = Field(0.4, ge=0.0)
+    learning_rate: float = Field(1e-7, gt=0, description="peak learning rate of the policy")
+    epochs: float = Field(1, description="passes over the stage's prompts")
+    batch_size: int = Field(16, description="completions per optimizer step")
+    micro_batch_size: int = Field(8, description="completions per forward pass")
+    algorithm: Literal["rloo", "grpo"] = Field("rloo", description="rloo: REINFORCE with a leave-one-out baseline "
+                                               "(TRL's RLOOTrainer; the paper's PPO stage); grpo: GRPO")
+    reward: Literal["model", "verifier"] = Field("model", description="model: the reward model trained on the stage's "
+                                                 "pairs (the paper); verifier: the task suite's checker (prompts "
+                                                 "with references only)")
+    beta: float = Field(0.4, ge=0.0, description="KL coefficient against the starting model (the paper's PPO: 0.4)")
     num_generations: int = Field(4, ge=2, description="completions sampled per prompt")
-    max_completion_length: int = Field(64, ge=1)
-    temperature: float = Field(1.0, gt=0.0)
+    max_completion_length: int = Field(64, ge=1, description="the most tokens a sampled completion may have")
+    temperature: float = Field(1.0, gt=0.0, description="sampling temperature of the completions")
     chance_corrected: bool = Field(False, exclude_if=lambda v: not v,
                                    description="reward: verifier only: each completion's reward minus what it would "
                                    "earn without reading its question (the mean score, 0-1, on its category's "
@@ -200,7 +206,8 @@ class SliceSpec(Section):
 
     n: int = Field(240, ge=1, description="task-suite prompts in the slice (spread over the categories)")
     seed: int | None = Field(None, description="task-suite seed (default: 1000 + the slice's position)")
-    categories: list[str] | None = None
+    categories: list[str] | None = Field(None, description="task slices: only these categories of the suite (default: "
+                                         "all)")
     set: str | None = Field(None, description="a prompt set stored in the workspace instead of task prompts")
     limit: int | None = Field(None, ge=1, description="keep only the first N prompts of the set")
 
@@ -218,8 +225,9 @@ class SliceSpec(Section):
 class StageSpec(Section):
     """One training stage of a round: its kind, the slice it battles and trains on, how data is selected."""
 
-    kind: Literal["sft", "dpo", "rl"]
-    slice: str
+    kind: Literal["sft", "dpo", "rl"] = Field(description="sft, dpo (with the reward model's pairs harvested too) or "
+                                              "rl")
+    slice: str = Field(description="the slice (a key of pool) the stage battles on and harvests from")
     selection: Literal["pair_judge", "all", "random", "longest"] = Field(
         "pair_judge", description="sft/dpo: pair_judge (the paper) or a baseline (all, random, longest)")
     # exclude_if: written only when set, so that stages without one keep their saved form and fingerprints
@@ -239,7 +247,8 @@ class StageSpec(Section):
 
 
 class RoundSpec(Section):
-    stages: list[StageSpec] = Field(min_length=1)
+    stages: list[StageSpec] = Field(min_length=1, description="the round's stages, in order; each starts from the "
+                                    "model the one before made")
 
 
 class SliceDecontam(NearCopySettings):
@@ -257,9 +266,11 @@ class SliceDecontam(NearCopySettings):
 class RipSettings(Section):
     """RIP filtering of preference pairs (arXiv 2501.18578); each threshold off when null."""
 
-    min_rejected_score: float | None = None
-    min_rejected_length: int | None = None
-    max_gap: float | None = None
+    min_rejected_score: float | None = Field(None, description="drop a pair whose rejected answer scores below this "
+                                             "(null: off)")
+    min_rejected_length: int | None = Field(None, description="drop a pair whose rejected answer is shorter than this "
+                                            "many characters (null: off)")
+    max_gap: float | None = Field(None, description="drop a pair whose score gap is above this (null: off)")
 
 
 class SampleSettings(Section):
@@ -279,8 +290,8 @@ class SampleSettings(Section):
     """
 
     k: int = Field(4, ge=1, le=32, description="samples per prompt (k times the target's answering cost)")
-    temperature: float = Field(1.0, gt=0.0, le=2.0)
-    seed: int = 0
+    temperature: float = Field(1.0, gt=0.0, le=2.0, description="the samples' temperature")
+    seed: int = Field(0, description="sample i of a prompt is drawn with seed + i")
     # exclude_if: written only when set, so that a config without them keeps its fingerprints
     few_shot: list[tuple[str, str]] | None = Field(
         None, exclude_if=lambda v: v is None, description="(question, answer) examples shown before the question "
@@ -320,13 +331,14 @@ class HarvestConfig(Section):
         "(with the verifier, 10: exactly right; unset: any winner, even on partial credit)")
     k: float = Field(1.0, description="DPO: drop pairs whose score gap is at most K")
     rm_k: float | None = Field(None, description="reward-model pairs: K (default: k)")
-    rip: RipSettings | None = None
+    rip: RipSettings | None = Field(None, description="RIP filtering of preference pairs (null: off)")
     baselines: list[Literal["all", "random", "longest"]] = Field(
         default_factory=list, description="ablation: also train each SFT/DPO stage on these selections "
         "(side by side, from the same model; they do not continue into later stages)")
     replay: bool = Field(False, description="train each SFT / DPO / RM stage on its own harvest plus the harvests of "
                          "the same kind from earlier rounds (against forgetting what earlier rounds taught)")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the harvest's seeded choices: the random baseline's sample, the "
+                      "balancing per category")
     samples: SampleSettings | None = Field(
         None, description="the target's own samples as candidates on each training slice (the issue's "
         "target.samples: a harvest setting, as it changes what is harvested, not the target)")
@@ -364,10 +376,11 @@ class HarvestConfig(Section):
 
 
 class TrainingConfig(Section):
-    sft: SFTSettings = Field(default_factory=SFTSettings)
-    dpo: DPOSettings = Field(default_factory=DPOSettings)
-    rm: RMSettings = Field(default_factory=RMSettings)
-    rl: RLSettings = Field(default_factory=RLSettings)
+    sft: SFTSettings = Field(default_factory=SFTSettings, description="SFT stages' settings")
+    dpo: DPOSettings = Field(default_factory=DPOSettings, description="DPO stages' settings")
+    rm: RMSettings = Field(default_factory=RMSettings, description="the reward model's settings (trained in an rl "
+                           "stage with reward: model)")
+    rl: RLSettings = Field(default_factory=RLSettings, description="RL stages' settings")
     launch: LaunchSettings = Field(default_factory=LaunchSettings, description="how stages are launched: in "
                                    "process (default), accelerate (DeepSpeed ZeRO-2/3, multi-GPU) or torchrun")
     # exclude_if: written only when set, so that configs without them keep their saved form and fingerprints
@@ -409,8 +422,9 @@ class FlywheelConfig(Section):
     with every earlier model, the starting model and the references.
     """
 
-    name: str = Field("flywheel", min_length=1)
-    workspace: str | None = None
+    name: str = Field("flywheel", min_length=1, description="the flywheel's name (its default workspace is "
+                      "workspaces/<name>)")
+    workspace: str | None = Field(None, description="workspace directory (default: workspaces/<name>)")
     target: ModelSpec = Field(description="the model trained (engine: transformers)")
     references: list[ModelSpec] = Field(min_length=1, description="the models the target battles")
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="the judge of the training slices' battles: "
@@ -426,10 +440,13 @@ class FlywheelConfig(Section):
         "of stored slices against the workspace's test sets (written only when changed)")
     prompts: PromptsConfig | None = Field(None, description="open prompts as the test set instead (LLM judge)")
     pool: dict[str, SliceSpec] = Field(min_length=1, description="training slices by name (D0, D1, ...)")
-    rounds: list[RoundSpec] = Field(min_length=1)
-    harvest: HarvestConfig = Field(default_factory=HarvestConfig)
-    training: TrainingConfig = Field(default_factory=TrainingConfig)
-    ratings: RatingConfig = Field(default_factory=RatingConfig)
+    rounds: list[RoundSpec] = Field(min_length=1, description="the rounds, in order: round 0 is usually the initial "
+                                    "SFT on D0")
+    harvest: HarvestConfig = Field(default_factory=HarvestConfig, description="how battles become training data")
+    training: TrainingConfig = Field(default_factory=TrainingConfig, description="how each kind of stage trains, "
+                                     "launches and serves its model")
+    ratings: RatingConfig = Field(default_factory=RatingConfig, description="Bradley-Terry ratings of the rounds on "
+                                  "the test set")
     evaluate: Literal["stages", "rounds"] = Field("stages", description="rate the model after every stage, or "
                                                   "only after every round")
     evaluate_base: bool = Field(True, description="rate the untrained target too")

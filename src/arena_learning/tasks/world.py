@@ -17,7 +17,7 @@ comparison, "say the second number" was right on 19 of 30 test items). Version 2
 - capitals is left out: it is knowledge, not a rule, so a disjoint training slice cannot teach it,
   and 79 countries cannot fill ten slices. (``tasks.categories`` of suite 1 still has it.)
 
-Each category's checker and its rule are in ``CATEGORY_INFO`` (and the README's table).
+Each category's checker and its rule are in ``CATEGORY_INFO`` (and the table in docs/flywheel-world.md).
 """
 
 from __future__ import annotations
