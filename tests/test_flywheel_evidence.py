@@ -188,8 +188,14 @@ def test_the_flywheel_table_json_and_state_carry_paired_deltas_exact_answers_and
     assert "Paired deltas" in html and "Verbosity watch" in html and f"{r1.delta_prev.rating:+.1f}" in html
     # what decontamination dropped from each slice, by reason, and the stages each slice fed
     assert "Slices and decontamination" in html and '<td class="">embedding 2</td>' in html
+    # the data each model supplied: a row per model (those with none left out), a column per stage, a total
+    rep.stages[0].by_model, rep.stages[1].by_model = {"ref-a": 4, "nobody": 0}, {"ref-a": 2, "ref-b": 5}
     print_report(rep)
     text = capsys.readouterr().out
+    harvested = text[text.index("data harvested per model"):]
+    assert re.search(r"model\s+r0\.0-sft\s+r1\.0-sft\s+total", harvested)
+    assert re.search(r"ref-a\s+4\s+2\s+6 *\n", harvested) and re.search(r"ref-b\s+0\s+5\s+5 *\n", harvested)
+    assert "nobody" not in harvested and harvested.index("ref-a") < harvested.index("ref-b")  # most data first
     assert re.search(r"D0\s+10\s+2\s+embedding 2\s+r0\.0-sft", text) and re.search(r"D1\s+12\s+0\s+-\s+r1\.0-sft", text)
     assert "paired deltas" in text and "verbosity watch" in text and "exact answers per category" in text
     assert f"{r0.delta_prev.rating:+.1f} [{r0.delta_prev.ci_low:+.0f}, {r0.delta_prev.ci_high:+.0f}]" in text

@@ -133,15 +133,19 @@ def print_report(report: FlywheelReport) -> None:
         t.add_row(ref.model, _fmt(ref.rating), _ci(ref))
     wide.print(t)
     print_evidence(report)
-    models = sorted({m for s in report.stages for m in s.by_model})
+    # a row per model that supplied data, a column per stage (the paper's Table 6): a flywheel has few stages and
+    # many models (a student per round, its samples), so models as columns were cut to "qw…" on a terminal
+    models = sorted({m for s in report.stages for m, n in s.by_model.items() if n})
     if models:
         t = Table(title="data harvested per model (SFT: the winner that supplied the answer; pairs: the chosen "
                   "answer's model)", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-        t.add_column("stage", no_wrap=True)
-        for m in models:
-            t.add_column(m, justify="right", no_wrap=True)
+        t.add_column("model", no_wrap=True)
         for s in report.stages:
-            t.add_row(s.key, *[str(s.by_model.get(m, 0)) for m in models])
+            t.add_column(s.key, justify="right", no_wrap=True)
+        t.add_column("total", justify="right", no_wrap=True)
+        for m in sorted(models, key=lambda m: -sum(s.by_model.get(m, 0) for s in report.stages)):
+            counts = [s.by_model.get(m, 0) for s in report.stages]
+            t.add_row(m, *[str(n) for n in counts], str(sum(counts)))
         wide.print(t)
 
 
