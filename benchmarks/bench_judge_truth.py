@@ -1,11 +1,12 @@
 """An offline LLM judge against the truth: the task suite's verifier knows every battle's winner.
 
 On task suite 2 the arena's models (gemma 270M in two prompt formats, Qwen2.5-Coder 0.5B in two) answer the same
-prompts; every pair is judged in both orders twice: by the verifier (each answer checked against its reference:
-the truth) and by an offline LLM judge (default: Qwen2.5-Coder 1.5B Instruct, through llama.cpp, the
-``pairwise-small`` judge folder, structured JSON verdicts). A judge never grades its own weights, so the judge's
-model is never a contestant; the other Qwen is, and its family's win rate is the self-preference check. Side by
-side:
+prompts; every pair is judged twice: by the verifier (each answer checked against its reference: the truth) and
+by an offline LLM judge (default: Qwen2.5-Coder 1.5B Instruct, through llama.cpp, the ``own-reference`` judge
+folder: it answers each request alone first, then says yes or no to each answer against its own; ``--template
+pairwise-small`` judges both answers together in both orders with JSON verdicts). A judge never grades its own
+weights, so the judge's model is never a contestant; the other Qwen is, and its family's win rate is the
+self-preference check. Side by side:
 
 - battle agreement with the truth: of the battles the verifier decides (a score gap), the share where the judge
   names the same winner (its tie counts as a miss), with a 95% Wilson interval; the judge's tie rate on the
@@ -193,7 +194,8 @@ def report(fig: dict[str, Any]) -> None:
           f"{fmt(a['order_consistency'])} of {a['pairs_both_orders']} pairs; length bias (longer wins): "
           f"{fmt(a['length_bias'])}; parse failures: {fmt(a['parse_failure_rate'])}")
     for c in fig["canaries"]:
-        checks = ", ".join(f"{k['name']} {fmt(k['value'], '.1f')}% {'ok' if k['passed'] else 'FAILED'}"
+        verdicts = {True: "ok", False: "FAILED", None: "n/a"}  # n/a: no game to tell (a single judge has no orders)
+        checks = ", ".join(f"{k['name']} {fmt(k['value'], '.1f')}% {verdicts[k['passed']]} ({k['games']} games)"
                            for k in c["checks"])
         print(f"canaries ({c['calls']} games): {checks}")
     print(f"leaderboard vs the verifier's: Spearman {fmt(fig['spearman'])}, Kendall {fmt(fig['kendall'])}, "
@@ -218,7 +220,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="16 prompts, 4 models")
     ap.add_argument("--prompts", type=int, help="test prompts (default: 16 quick, 48 full)")
     ap.add_argument("--judge-model", default="qwen2.5-coder-1.5b-instruct", help="a registered model or GGUF path")
-    ap.add_argument("--template", default="pairwise-small", help="judge folder (built-in name or path)")
+    ap.add_argument("--template", default="own-reference", help="judge folder (built-in name or path; measured: "
+                    "own-reference, pairwise-small)")
     ap.add_argument("--workspace", type=Path, help="workspace to use and keep (default: a temporary one)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args()

@@ -276,20 +276,25 @@ def _judge_lines(jcfg: JudgeConfig, prompts: Sequence[Prompt], pairs: Sequence[t
             shown += [(p, (a, b)), (p, (b, a))] if jcfg.both_orders else [(p, (a, b))]
     requests: list[Request] = []  # calls whose text is known: the ledger may hold them
     line = PlanLine(stage=stage, step="judge", model=jcfg.name, note=why)
+    lines = [line]
+    if spec.reference == "judge":  # the judge's own answers first: a line of their own, and the grades' texts
+        lines.insert(0, _own_reference_line(jcfg, spec, judge, [p for p, _ in shown], ledger, stage, why))
     chars_known: list[int] = []
     for p, models in shown:
         answers = [known.answer(p, m, specs.get(m)) for m in models]
         turns = min(len(p.turns), *(len(a.turns) for a, _ in answers))
         for k in range(turns):
             ans = [a for a, _ in answers]
+            # a grade against the judge's own answer is known only once that answer is (in the ledger)
+            own_known = spec.reference != "judge" or (judge is not None and (p.id, k) in judge.own_refs)
             if judge is not None:
-                msgs = (judge.single_messages(p, ans[0], k) if len(ans) == 1
+                msgs = (judge.single_messages(p, ans[0], k, own_reference="(the judge's own answer)") if len(ans) == 1
                         else judge.pair_messages(p, ans[0], ans[1], k))
             else:  # no engine here (e.g. its API key is not set): the template and the texts
                 msgs = [{"role": "system", "content": spec.system},
                         {"role": "user", "content": spec.template + "".join(t for a in ans for t in a.turns[: k + 1])}]
             chars = sum(len(m["content"]) for m in msgs)
-            if judge is not None and all(ok for _, ok in answers):
+            if judge is not None and own_known and all(ok for _, ok in answers):
                 requests.append(Request.model_construct(messages=msgs, prompt=None, params=judge.rater.params_for(0)))
                 chars_known.append(chars)
             elif ledger.first_time(f"{jcfg.name}|{p.id}|{'|'.join(models)}|{k}"):
@@ -308,7 +313,33 @@ def _judge_lines(jcfg: JudgeConfig, prompts: Sequence[Prompt], pairs: Sequence[t
     if jcfg.retries:
         extra = f"up to {jcfg.retries} re-asks per verdict that does not parse come on top"
         line.note = f"{line.note}; {extra}" if line.note else extra
-    return [line]
+    return lines
+
+
+def _own_reference_line(jcfg: JudgeConfig, spec: Any, judge: Any, prompts: Sequence[Prompt], ledger: LedgerView,
+                        stage: str, why: str) -> PlanLine:
+    """Return the line of a ``reference: judge`` judge's own answers: one call per prompt and turn; the first
+    turn's text is known (the ledger may hold it, and then the grades' texts are known too), a later turn's holds
+    the judge's earlier answers."""
+    unique = list({p.id: p for p in prompts}.values())
+    line = PlanLine(stage=stage, step="judge", model=f"{jcfg.name} (its own answers)", note=why)
+    later = sum(len(p.turns) - 1 for p in unique)
+    line.calls = len(unique) + later
+    line.tokens_in = sum(estimate_tokens(len(t) + len(spec.reference_system or "")) for p in unique for t in p.turns)
+    if judge is not None and unique:
+        msgs = [judge.own_reference_messages(p, 0) for p in unique]
+        reqs = [Request.model_construct(messages=m, prompt=None, params=judge.ref_rater.params_for(0)) for m in msgs]
+        cached, _sent, comps = ledger.count(judge.engine, reqs)
+        line.cached = cached
+        for p, comp in zip(unique, comps):
+            if comp is not None and comp.text.strip():
+                judge.own_refs[(p.id, 0)] = comp.text.strip()
+                line.tokens_in -= estimate_tokens(len(p.turns[0]) + len(spec.reference_system or ""))
+    assert jcfg.model is not None
+    max_out = int({**jcfg.model.params.model_dump(), **spec.reference_sampling}["max_tokens"])
+    line.tokens_out = line.to_send * max_out
+    line.cost = cost(jcfg.model, line.tokens_in, line.tokens_out)
+    return line
 
 
 def plan_battles(cfg: RunConfig, prompts: Sequence[Prompt], known: Known, ledger: LedgerView,

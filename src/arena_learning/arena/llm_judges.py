@@ -6,7 +6,12 @@ Modes:
   answers and scores each 1-10; each pair is played in both orders (two games).
 - ``single`` (MT-Bench style): each answer is scored alone, once, and the
   score is shared by every pair it plays in; with ``reference: true`` the
-  prompt's reference answer is shown (reference-guided grading).
+  prompt's reference answer is shown (reference-guided grading); with
+  ``reference: judge`` the judge model first answers each request itself, alone
+  (one call per prompt and turn, shared by every answer it grades), and that
+  answer is the reference (MT-Bench's reference-guided grading with the
+  judge's own reference; a small judge that sees the answers before it answers
+  copies them).
 - a panel of several judges: mean of their scores or majority of verdicts.
 
 Every call goes through the ledger, by the structured-rating component
@@ -21,6 +26,7 @@ cut off at max_tokens is counted and marked (``Judgment.truncated``).
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +45,7 @@ from ..errors import ConfigError
 from ..records import Answer, Judgment, Outcome, Prompt
 from ..store import Store
 from .judges import PairTask, verdict
-from .parse import Parsed, parse_verdict
+from .parse import Parsed, ParseError, parse_verdict
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -55,12 +61,19 @@ class JudgeSpec(BaseModel):
     name: str
     version: int = 1
     mode: Literal["pairwise", "single"]
-    reference: bool = False
+    # True: the prompt's reference answer; "judge": the judge model's own answer, asked first with reference_system
+    reference: bool | Literal["judge"] = False
     system: str
     template: str
-    parser: Literal["pair", "single", "label"]
+    parser: Literal["pair", "single", "label", "yesno"]
     schema_: dict[str, Any] | None = None
     sampling: dict[str, Any] = {}
+    reference_system: str | None = None  # reference: judge: the system prompt of the judge's own answer
+    # how the request, answers and reference are set apart from the judge's instructions: between <<<NAME id>>>
+    # markers, or each as a JSON string (quotes and newlines escaped: no text can end it early), which a small
+    # judge reads better (measured: own-reference-v1)
+    fence: Literal["markers", "json"] = "markers"
+    reference_sampling: dict[str, Any] = {}
 
     @property
     def id(self) -> str:
@@ -68,9 +81,12 @@ class JudgeSpec(BaseModel):
 
     @model_validator(mode="after")
     def _parser_fits_mode(self) -> JudgeSpec:
-        if (self.mode == "single") != (self.parser == "single"):
+        if (self.mode == "single") != (self.parser in ("single", "yesno")):
             raise ValueError(f"parser {self.parser!r} does not read a {self.mode} judge's verdict: use "
-                             f"{'single' if self.mode == 'single' else 'pair or label'}")
+                             f"{'single or yesno' if self.mode == 'single' else 'pair or label'}")
+        if self.reference == "judge" and (self.mode != "single" or not self.reference_system):
+            raise ValueError("reference: judge (the judge answers each request first) needs mode: single and a "
+                             "reference_system prompt")
         return self
 
 
@@ -99,7 +115,7 @@ def load_judge_spec(ref: str) -> JudgeSpec:
         raise ConfigError(f"judge file {path} is not valid YAML: {err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"judge file {path} must be a mapping")
-    for key in ("system", "template"):
+    for key in ("system", "template", "reference_system"):
         value = data.get(key)
         if isinstance(value, str) and (path.parent / value).is_file():
             data[key] = (path.parent / value).read_text(encoding="utf-8")
@@ -173,10 +189,25 @@ class LLMJudge:
             what="judge",
             stats=self.stats,
         )
+        # reference: judge: the judge's own answer to each (prompt id, turn), asked alone before any grading
+        self.own_refs: dict[tuple[str, int], str] = {}
+        self.ref_rater: StructuredRater[str] | None = None
+        if self.spec.reference == "judge":
+            self.ref_rater = StructuredRater(self.engine, _own_answer, params={**self.spec.reference_sampling},
+                                             retries=cfg.retries, retry_temperature=cfg.retry_temperature,
+                                             what="judge's own answer", stats=self.stats)
 
     # -- prompts
     def _messages(self, user: str) -> list[dict[str, str]]:
+        if not self.spec.system.strip():  # no system prompt (the model's chat template puts its default)
+            return [{"role": "user", "content": user}]
         return [{"role": "system", "content": self.spec.system}, {"role": "user", "content": user}]
+
+    def _fence(self, name: str, text: str, fid: str) -> str:
+        """Return ``text`` set apart as the judge folder says: between markers, or as a JSON string."""
+        if self.spec.fence == "json":
+            return json.dumps(text, ensure_ascii=False)
+        return fence(name, text, fid)
 
     def pair_messages(self, prompt: Prompt, first: Answer, second: Answer, turn: int) -> list[dict[str, str]]:
         """Return the judge messages for ``turn`` of the game with ``first`` shown as assistant A."""
@@ -191,11 +222,22 @@ class LLMJudge:
         }
         return self._messages(render(self.spec.template, fields))
 
-    def single_messages(self, prompt: Prompt, answer: Answer, turn: int) -> list[dict[str, str]]:
-        """Return the judge messages grading ``turn`` of ``answer`` alone (with the reference if the judge uses it)."""
+    def single_messages(self, prompt: Prompt, answer: Answer, turn: int,
+                        own_reference: str | None = None) -> list[dict[str, str]]:
+        """Return the judge messages grading ``turn`` of ``answer`` alone (with the reference if the judge uses it).
+
+        A ``reference: judge`` judge shows its own answer (:meth:`own_references` asks it); ``own_reference``
+        stands in for one not asked yet (``arena plan`` sizes the prompt before any call).
+        """
         texts = [prompt.id, *prompt.turns[: turn + 1], *answer.turns[: turn + 1]]
         ref = ""
-        if self.spec.reference:
+        if self.spec.reference == "judge":
+            ref = self.own_refs.get((prompt.id, turn), own_reference or "")
+            if not ref:
+                raise RuntimeError(f"judge {self.name!r}: its own answer to prompt {prompt.id} turn {turn + 1} was "
+                                   f"not asked before grading (own_references first)")
+            texts.append(ref)
+        elif self.spec.reference:
             if not prompt.reference or turn >= len(prompt.reference) or not prompt.reference[turn]:
                 raise ConfigError(
                     f"judge {self.name!r} ({self.spec.id}) is reference-guided but prompt {prompt.id} has no "
@@ -206,9 +248,9 @@ class LLMJudge:
         fid = fence_id(*texts)
         fields = {
             "history": _history(prompt, [("", answer)], turn, fid),
-            "question": fence("USER REQUEST", prompt.turns[turn], fid),
-            "answer": fence("ANSWER", answer.turns[turn], fid),
-            "reference": fence("REFERENCE", ref, fid) if ref else "",
+            "question": self._fence("USER REQUEST", prompt.turns[turn], fid),
+            "answer": self._fence("ANSWER", answer.turns[turn], fid),
+            "reference": self._fence("REFERENCE", ref, fid) if ref else "",
             "turn_note": self._turn_note(turn),
         }
         return self._messages(render(self.spec.template, fields))
@@ -254,18 +296,56 @@ class LLMJudge:
             out.append(self._judgment(prompt.id, first.model, second.model, row, row, flags))
         return out
 
+    def own_reference_messages(self, prompt: Prompt, turn: int) -> list[dict[str, str]]:
+        """Return the messages asking the judge model its own answer to ``turn`` of ``prompt`` (earlier turns with
+        its own earlier answers): the request as a user sends it, no answer of a contestant in sight."""
+        assert self.spec.reference_system is not None
+        msgs = [{"role": "system", "content": self.spec.reference_system}]
+        for k in range(turn):
+            msgs += [{"role": "user", "content": prompt.turns[k]},
+                     {"role": "assistant", "content": self.own_refs.get((prompt.id, k), "")}]
+        return [*msgs, {"role": "user", "content": prompt.turns[turn]}]
+
+    async def own_references(self, store: Store, prompts: Sequence[Prompt], progress: Progress | None = None) -> None:
+        """Ask the judge model's own answer to every turn of ``prompts`` not asked yet (through the ledger, turn by
+        turn: a later turn's request holds the earlier answers); a failed call leaves its turn out, and the answers
+        graded against it fail (retried on the next run)."""
+        if self.ref_rater is None:
+            return
+        unique = list({p.id: p for p in prompts}.values())
+        for turn in range(max((len(p.turns) for p in unique), default=0)):
+            todo = [p for p in unique if len(p.turns) > turn and (p.id, turn) not in self.own_refs
+                    and (turn == 0 or (p.id, turn - 1) in self.own_refs)]
+            if not todo:
+                continue
+            rated = await self.ref_rater.arate(store, [self.own_reference_messages(p, turn) for p in todo],
+                                               label=f"judge {self.name}: its own answers", progress=progress)
+            for p, item in zip(todo, rated):
+                if item.ok and item.value:
+                    self.own_refs[(p.id, turn)] = item.value
+
     async def _judge_single(self, store: Store, tasks: Sequence[PairTask], progress: Progress | None) -> list[Judgment]:
         answers: dict[tuple[str, str], tuple[Prompt, Answer]] = {}
         for t in tasks:
             for a in (t.answer_a, t.answer_b):
                 answers.setdefault((t.prompt.id, a.model), (t.prompt, a))
+        await self.own_references(store, [p for p, _ in answers.values()], progress)
         prompts: list[list[dict[str, str]]] = []
+        slots: list[int | None] = []  # per answer turn: its index in prompts, or None where no own answer exists
         spans: dict[tuple[str, str], tuple[int, int]] = {}
         for key, (prompt, ans) in answers.items():
             turns = min(len(prompt.turns), len(ans.turns))
-            spans[key] = (len(prompts), len(prompts) + turns)
-            prompts.extend(self.single_messages(prompt, ans, k) for k in range(turns))
-        rated = await self._resolve(store, prompts, progress)
+            spans[key] = (len(slots), len(slots) + turns)
+            for k in range(turns):
+                if self.spec.reference == "judge" and (prompt.id, k) not in self.own_refs:
+                    slots.append(None)
+                    continue
+                slots.append(len(prompts))
+                prompts.append(self.single_messages(prompt, ans, k))
+        asked = await self._resolve(store, prompts, progress)
+        no_ref: Rated[Parsed] = Rated(error="the judge's own answer to this turn failed (see the ledger); "
+                                            "retried on the next run")
+        rated = [asked[i] if i is not None else no_ref for i in slots]
         graded = {key: rated[lo:hi] for key, (lo, hi) in spans.items()}
         out = []
         for t in tasks:
@@ -304,6 +384,13 @@ class LLMJudge:
                         scores_b=scores_b, score_a=mean_a, score_b=mean_b, labels=labels,
                         verdict=verdict(mean_a, mean_b, self.cfg.tie_threshold), explanation=explanation,
                         raw=raw, flags=flags, truncated=truncated)
+
+
+def _own_answer(text: str) -> str:
+    """Return the judge's own answer (its reply, stripped); an empty one is a failure (ParseError)."""
+    if not text.strip():
+        raise ParseError("the judge's own answer is empty")
+    return text.strip()
 
 
 def _parsed(item: Rated[Parsed]) -> Parsed:

@@ -42,7 +42,11 @@ def judge_manifest(judge: JudgeConfig) -> dict[str, Any]:
     except (ArenaError, OSError, ValueError) as err:  # a judge folder no longer there: say so, keep the rest
         out.update(template=judge.template, template_hash=None, template_error=str(err))
         return out
-    text = json.dumps([spec.system, spec.template, spec.schema_, spec.parser], sort_keys=True)
+    parts: list[Any] = [spec.system, spec.template, spec.schema_, spec.parser]
+    if spec.reference == "judge" or spec.fence != "markers":  # newer fields, only where set: older hashes stay
+        parts.append({"reference": spec.reference, "reference_system": spec.reference_system,
+                      "reference_sampling": spec.reference_sampling, "fence": spec.fence})
+    text = json.dumps(parts, sort_keys=True)
     ident = identity(judge.model)
     model: dict[str, Any] = {"engine": judge.model.engine, "model": judge.model.model}
     if ident is not None and ident.kind == "endpoint":
@@ -50,8 +54,9 @@ def judge_manifest(judge: JudgeConfig) -> dict[str, Any]:
     elif ident is not None:
         from ..engines.identity import content_identity
 
-        try:
-            model["content"] = content_identity(ident.model)[:23]
+        try:  # identity() names found weights by their content already ("sha256:..."), else by a path
+            model["content"] = (ident.model if ident.model.startswith("sha256:")
+                                else content_identity(ident.model)[:23])
         except OSError:
             model["content"] = None  # weights that are not here: named by the config only
     out.update(model=model, template=spec.id, template_hash=hashlib.sha256(text.encode()).hexdigest()[:16],

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from ..engines.structured import ParseError, bounded_score, json_objects
 
-__all__ = ["LABELS", "ParseError", "Parsed", "label_scores", "normalize_label", "parse_label", "parse_verdict"]
+__all__ = ["LABELS", "ParseError", "Parsed", "label_scores", "normalize_label", "parse_label", "parse_verdict",
+           "parse_yesno"]
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,11 @@ _SINGLE_PATTERNS = [
 
 
 def parse_verdict(text: str, kind: str) -> Parsed:
-    """Return the scores in a judge's ``text``; ``kind`` is "pair", "single" or "label". Raises ParseError."""
+    """Return the scores in a judge's ``text``; ``kind`` is "pair", "single", "label" or "yesno". Raises ParseError."""
     if kind == "label":
         return parse_label(text)
+    if kind == "yesno":
+        return parse_yesno(text)
     keys = ("score_a", "score_b") if kind == "pair" else ("score",)
     stripped = text.strip()
     candidates = json_objects(stripped)
@@ -61,7 +64,8 @@ def parse_verdict(text: str, kind: str) -> Parsed:
                 errors.append(str(err))
                 continue
             method = "json" if n == 0 and stripped.startswith("{") and stripped.endswith("}") else "embedded-json"
-            return Parsed(scores, str(obj.get("explanation", "")), method)
+            # a small judge's own answer (pairwise-small, single-small) is what it wrote instead of an explanation
+            return Parsed(scores, str(obj.get("explanation") or obj.get("own_answer") or ""), method)
     for pattern in _PAIR_PATTERNS if kind == "pair" else _SINGLE_PATTERNS:
         m = pattern.search(stripped)
         if m:
@@ -73,6 +77,25 @@ def parse_verdict(text: str, kind: str) -> Parsed:
             return Parsed(scores, stripped, "pattern")
     detail = "; ".join(errors) if errors else f"no {' and '.join(keys)} found"
     raise ParseError(f"{detail} in judge output {stripped[:120]!r}")
+
+
+# ---- a yes / no verdict (the own-reference judge: is the answer the judge's own?) --------
+
+YES_SCORE, NO_SCORE = 10.0, 1.0
+_YESNO = re.compile(r"^\W*(yes|no)\b", re.I)
+
+
+def parse_yesno(text: str) -> Parsed:
+    """Return a single answer's score from a verdict that starts with yes (10) or no (1). Raises ParseError.
+
+    Only the first word counts (a small judge asked "yes or no" may go on: "Yes, both say 42."); anything else,
+    "maybe" or an empty reply, is a parse failure, never a guess.
+    """
+    m = _YESNO.match(text)
+    if not m:
+        raise ParseError(f"no yes or no at the start of judge output {text.strip()[:120]!r}")
+    yes = m.group(1).lower() == "yes"
+    return Parsed((YES_SCORE if yes else NO_SCORE,), text.strip(), "yesno")
 
 
 # ---- arena-hard's verdict labels ------------------------------------------------------------
