@@ -18,8 +18,8 @@ self-preference check. Side by side:
 - self-preference: the Qwen contestant's win rate by the judge against by the truth;
 - cost: games per minute and tokens per game (the ledger's calls).
 
-    python benchmarks/bench_judge_truth.py --quick            # 16 prompts, 4 models (~480 games with canaries)
-    python benchmarks/bench_judge_truth.py                    # 48 prompts, 5 models
+    python benchmarks/bench_judge_truth.py --quick            # 16 prompts, 4 models: 96 battles, about 1.5 min quiet
+    python benchmarks/bench_judge_truth.py                    # 48 prompts, 5 models: 480 battles, about 4 min
     python benchmarks/bench_judge_truth.py --prompts 4 --json out.json --workspace WS   # a smoke run, resumable
 
 Everything is cached in the workspace's ledger: a rerun (or a run killed and started again) judges only what is
