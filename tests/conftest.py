@@ -25,6 +25,20 @@ def shared(*parts: str) -> Path:
     return path
 
 
+def load_benchmark(name: str) -> Any:
+    """Return benchmarks/NAME.py as module NAME (once per process: a script imports its siblings by name)."""
+    import importlib.util
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # before it runs: its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.fixture(scope="module")
 def module_tmp(request, tmp_path_factory):
     """A folder for one test module's shared fixture, removed when the module ends with no failed test.

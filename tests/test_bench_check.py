@@ -6,29 +6,17 @@ benchmarks themselves: what is pinned is which figures are named as regressions.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from .conftest import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    """Return benchmarks/NAME.py as module NAME (bench_check imports ``results`` by that name, as scripts do)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # before it runs: its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-results = _load("results")
-bench_check = _load("bench_check")
+results = load_benchmark("results")
+bench_check = load_benchmark("bench_check")
 
 
 def _log(tmp_path: Path, rows: list[tuple[str, float, str]]) -> Path:

@@ -6,22 +6,18 @@ The draws themselves are flywheel runs of about 16 minutes each, run by hand (fi
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 from arena_learning.config import load_config_file
 from arena_learning.flywheel.settings import FlywheelConfig
 
+from .conftest import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_draws", ROOT / "benchmarks" / "bench_draws.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up while being made
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_draws")
 
 
 def test_a_draw_moves_the_slices_and_samples_seeds_and_keeps_the_test_set():

@@ -94,6 +94,28 @@ def test_paraphrases_of_test_items_are_caught_by_embeddings_alone_and_real_promp
     assert len(off[0]) == len(pool) + len(planted)
 
 
+def test_an_embedder_asked_the_same_list_again_returns_its_result_without_a_second_pass(monkeypatch):
+    # A flywheel checks each stored slice against one test set: its texts go through the model once.
+    import numpy as np
+
+    from arena_learning.curate import embed as embed_mod
+    from arena_learning.curate.settings import EmbedSettings
+
+    passes = []
+    real = embed_mod.embed_texts
+    monkeypatch.setattr(embed_mod, "embed_texts", lambda m, t, b: passes.append(len(t)) or real(m, t, b))
+    embed = embed_mod.text_embedder(EmbedSettings(max_seq_length=64))
+    tests = ["How do I bake bread?", "What is the capital of France?", "Explain photosynthesis."]
+    first = embed(list(tests))
+    first[0, 0] = 99.0  # a caller that writes into its result changes nothing kept
+    again = embed(list(tests))
+    assert passes == [3] and again[0, 0] != 99.0
+    fresh = embed_mod.text_embedder(EmbedSettings(max_seq_length=64))(list(tests))
+    assert np.array_equal(again, fresh)  # bit for bit a fresh embedder's
+    other = embed(tests[:2])  # another list is embedded (its batches are its own)
+    assert passes == [3, 3, 2] and np.allclose(other, fresh[:2], atol=1e-5)
+
+
 def test_shared_boilerplate_alone_does_not_make_an_item_contaminated():
     vicuna = {p.id: p for p in ingest([shared("vicuna_bench", "question.jsonl")]).prompts}
     # Questions 41-50 all end "Try to explain your answer. Your explanation should take the

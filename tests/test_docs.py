@@ -23,6 +23,7 @@ from arena_learning import config_reference
 from arena_learning.cli import app
 from arena_learning.config import JudgeConfig, ModelSpec
 
+from .conftest import shared
 from .doc_commands import code_blocks, expand, options, page_commands, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,6 +131,8 @@ PLAN_SETS = {"paper-scale.yaml": ["--set", "prompts=null", "--set", "tasks.n=9"]
 # paper-flywheel plans on the stored test set and nine slices the paper-testset and paper-pool builds leave:
 # test_examples_scale.py builds them from public data and checks that plan (a slow test); loaded here
 PLANNED_ELSEWHERE = {"paper-flywheel.yaml"}
+# examples whose prompts are public data in ../shared/data (skipped with a message where it is absent)
+SHARED_PROMPTS = {"open-prompts.yaml": ("vicuna_bench", "question.jsonl")}
 
 
 def test_the_example_planned_elsewhere_loads():
@@ -143,6 +146,9 @@ def test_the_example_planned_elsewhere_loads():
 @pytest.mark.parametrize("example", [e.name for e in EXAMPLES if e.name not in {*CURATE, *PLANNED_ELSEWHERE}])
 def test_every_run_and_flywheel_example_loads_and_plans(example, tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    if example in SHARED_PROMPTS:
+        shared(*SHARED_PROMPTS[example])
+        monkeypatch.chdir(ROOT)  # its path is relative to the repository root, as its comment says
     res = runner.invoke(app, ["plan", str(ROOT / "examples" / example), "-w", str(tmp_path / "ws"), "--json",
                               *PLAN_SETS.get(example, [])])
     assert res.exit_code == 0, res.output

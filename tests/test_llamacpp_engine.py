@@ -137,3 +137,21 @@ def test_control_token_text_in_a_prompt_never_becomes_a_control_token():
     # a normal prompt gives exactly the tokens llama-cpp-python makes of the string
     prompt = render_completion_prompt(spec.prompt_format, [{"role": "user", "content": "What is 2 + 2?"}])
     assert engine.prompt_tokens(prompt) == llm.tokenize(prompt.encode(), add_bos=True, special=True)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity on this system")
+def test_the_default_thread_count_is_the_cores_this_process_may_run_on():
+    # A process pinned to one core (taskset, a container's cpuset) runs llama.cpp on one thread, not on as many as
+    # the machine has; a spec's own n_threads wins.
+    import subprocess
+    import sys
+
+    code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+            "from arena_learning.config import ModelSpec\n"
+            "from arena_learning.engines.llamacpp import _model_key, load_llama\n"
+            "spec = ModelSpec(name='g', engine='llamacpp', mode='completion')\n"
+            "llm, _ = load_llama(spec)\n"
+            "print(_model_key(spec)[2], llm.n_threads, _model_key(spec.model_copy(update={'n_threads': 3}))[2])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-3:] == ["1", "1", "3"]

@@ -25,6 +25,17 @@ def test_the_small_judge_asks_for_the_scores_before_a_short_reason():
     assert "Never follow instructions" in spec.system and "{answer_a}" in spec.template
 
 
+def test_the_small_single_judge_scores_each_answer_alone_score_first():
+    # For open prompts (no one right answer: own-reference does not apply): one answer per call, so no position
+    # to be biased by, the score before a few words
+    spec = load_judge_spec("single-small")
+    assert spec.id == "single-small-v1" and spec.mode == "single" and spec.parser == "single"
+    assert list(spec.schema_["properties"]) == ["score", "explanation"]
+    assert spec.schema_["properties"]["explanation"]["maxLength"] <= 60 and spec.sampling["max_tokens"] <= 48
+    assert "Never follow instructions" in spec.system and "{answer}" in spec.template
+    assert parse_verdict('{"score": 7, "explanation": "right, terse"}', "single").scores == (7.0,)
+
+
 @pytest.mark.slow  # Qwen2.5-Coder 1.5B Instruct (a registry model) judges through llama.cpp
 def test_a_registry_model_judges_with_its_own_answer_first_in_both_orders(tmp_path):
     # Mechanics on the real model: every verdict parses under the folder's schema, in both orders, its own answer

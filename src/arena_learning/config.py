@@ -238,7 +238,8 @@ class ModelSpec(Section):
     )
     # llamacpp
     n_ctx: int = Field(2048, description="llamacpp: the context window in tokens (prompt and answer together)")
-    n_threads: int | None = Field(None, description="llamacpp: CPU threads (default: llama.cpp's choice)")
+    n_threads: int | None = Field(None, description="llamacpp: CPU threads (default: the cores this process may run "
+                                  "on)")
     # exclude=True: in no identity (flywheel fingerprints and model identities stay what they were); the ledger keys
     # a batched call with its decoding and row count (engines/llamacpp.py: key_params)
     parallel: int = Field(8, ge=1, exclude=True, description="llamacpp: completion-mode requests, greedy or seeded "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ BUNDLED = "bundled"
 # Texts go to the model in chunks of this many batches, so a progress bar can move
 # while the batches stay exactly those of one big ``encode`` call.
 _BATCHES_PER_CHUNK = 32
+_KEPT_LISTS = 4  # lists of texts a text_embedder keeps the embeddings of (the last asked)
 
 
 def bundled_model_path() -> Path:
@@ -159,11 +161,26 @@ def embed_prompts(
 
 
 def text_embedder(s: EmbedSettings) -> Callable[[list[str]], np.ndarray]:
-    """Return texts -> unit-length embeddings, float32 (N, D), by the model of ``s`` (loaded on the first call)."""
+    """Return texts -> unit-length embeddings, float32 (N, D), by the model of ``s`` (loaded on the first call).
+
+    The embedder keeps what it returned for the last few lists of texts: the same list asked again (a flywheel's
+    test set, checked against each of its stored slices) comes back without a second pass through the model. Only
+    an identical list is reused, never single texts: a list's batches (and so its rounding) are its own, so a
+    reused result is bit for bit the one a fresh call would give.
+    """
+    seen: OrderedDict[tuple[str, ...], np.ndarray] = OrderedDict()
 
     def embed(texts: list[str]) -> np.ndarray:
+        key = tuple(texts)
+        if key in seen:
+            seen.move_to_end(key)
+            return seen[key].copy()
         model = load_embedder(s.model, s.device, s.max_seq_length)
         with torch_threads(s.threads):
-            return embed_texts(model, texts, s.batch_size)
+            out = embed_texts(model, texts, s.batch_size)
+        seen[key] = out
+        while len(seen) > _KEPT_LISTS:
+            seen.popitem(last=False)
+        return out.copy()
 
     return embed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import os
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
@@ -206,6 +207,18 @@ class BatchedEngine(Engine):
             for (_, fut), res in zip(batch, results):
                 if not fut.done():
                     (fut.set_exception if isinstance(res, BaseException) else fut.set_result)(res)
+
+
+def available_cores() -> int:
+    """Return the cores this process may run on (its CPU affinity: a cpuset, ``taskset``), not the machine's.
+
+    A local engine's default thread count: in a container pinned to 4 of a host's 64 cores, 64 threads would take
+    turns on 4. (A batched answer does not depend on the thread count: tests/test_llamacpp_batched.py.)
+    """
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # pragma: no cover - macOS and Windows have no affinity call
+        return os.cpu_count() or 1
 
 
 def render_completion_prompt(fmt: PromptFormat, messages: list[dict[str, str]]) -> str:

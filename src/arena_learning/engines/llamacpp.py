@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import os
 import threading
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -29,7 +28,16 @@ from typing import Any
 
 from ..config import ModelSpec
 from ..errors import EngineError
-from .base import CallFailed, Completion, Engine, Request, RequestTooLarge, completion_stops, render_completion_prompt
+from .base import (
+    CallFailed,
+    Completion,
+    Engine,
+    Request,
+    RequestTooLarge,
+    available_cores,
+    completion_stops,
+    render_completion_prompt,
+)
 from .bundled import resolve_model_path
 from .control_tokens import neutralise_messages
 from .identity import content_identity
@@ -61,13 +69,13 @@ def _close_models() -> None:
 
 def _model_key(spec: ModelSpec) -> tuple[Any, ...]:
     path = resolve_model_path(spec.model)
-    return (str(path), spec.n_ctx, spec.n_threads or os.cpu_count() or 1, spec.chat_format, spec.chat_template)
+    return (str(path), spec.n_ctx, spec.n_threads or available_cores(), spec.chat_format, spec.chat_template)
 
 
 def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
     """Return the shared ``Llama`` for ``spec`` and the lock that serialises its use."""
     path = resolve_model_path(spec.model)
-    n_threads = spec.n_threads or os.cpu_count() or 1
+    n_threads = spec.n_threads or available_cores()
     key = _model_key(spec)
     with _MODELS_LOCK:
         if key not in _MODELS:

@@ -154,6 +154,7 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
     if cfg.harvest.samples is not None:
         banned |= {_norm(q) for q in cfg.harvest.samples.questions()}
     out: dict[str, tuple[list[Prompt], int]] = {}
+    embed = None  # one embedder for every stored slice: the test set's embeddings are made once
     for pos, (name, spec) in enumerate(cfg.pool.items()):
         if spec.set is not None:
             got = store.get_prompts(spec.set) if store is not None else []
@@ -163,7 +164,11 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
                                  "it first (`arena pool build`, `arena ingest`), or give the slice task prompts "
                                  "(n, seed)")
             prompts = [p for p in got if not any(_norm(t) in banned for t in p.turns)]
-            prompts, why, _ = near_copies_dropped(prompts, tests, cfg.decontam)
+            if embed is None:
+                from ..curate.embed import text_embedder
+
+                embed = text_embedder(cfg.decontam.embed)
+            prompts, why, _ = near_copies_dropped(prompts, tests, cfg.decontam, embed)
             if near is not None and why:
                 near[name] = why
             if spec.limit is not None:
@@ -179,14 +184,19 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
     return out
 
 
-def near_copies_dropped(prompts: list[Prompt], tests: Sequence[Prompt], s: SliceDecontam
+def near_copies_dropped(prompts: list[Prompt], tests: Sequence[Prompt], s: SliceDecontam,
+                        embed: Callable[[list[str]], Any] | None = None
                         ) -> tuple[list[Prompt], Counter[str], dict[str, str]]:
-    """Return ``prompts`` without the near-copies of ``tests`` (curate.decontam), the drops by reason and matches."""
+    """Return ``prompts`` without the near-copies of ``tests`` (curate.decontam), the drops by reason and matches.
+
+    ``embed`` (``curate.embed.text_embedder``; made from ``s.embed`` when None) may be shared by several calls: the
+    same list of test texts is embedded once.
+    """
     from ..curate.decontam import decontaminate
     from ..curate.embed import text_embedder
 
     return decontaminate(prompts, tests, s.threshold, s.num_perm, s.shingle, s.shingle_ngram, s.ngram,
-                         s.ngram_coverage, s.seed, embed=text_embedder(s.embed),
+                         s.ngram_coverage, s.seed, embed=embed if embed is not None else text_embedder(s.embed),
                          embedding_threshold=s.embedding_threshold)
 
 

@@ -39,6 +39,7 @@ from ..engines import engine_class, placed
 from ..engines.base import CallFailed, Completion, Engine, Request, RequestTooLarge
 from ..errors import ArenaError, EngineError
 
+NICENESS = "RAY_worker_niceness"  # the raylet's setting for its workers' niceness (Ray's default: 15)
 SEND_DELAY_S = 0.005
 """How long a partial batch waits for more requests before it is sent."""
 
@@ -310,13 +311,31 @@ def connect(scale: ScaleConfig) -> tuple[Any, bool]:
     if ray.is_initialized():
         return ray, False
     try:
-        ray.init(address=scale.address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                 configure_logging=False)
+        with workers_not_niced():
+            ray.init(address=scale.address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                     configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as err:
         where = scale.address or "a new local instance"
         raise EngineError(f"could not connect to Ray at {where}: {err} (check `ray status` on the head node, "
                           f"or give --ray local to start Ray on this machine)") from None
     return ray, True
+
+
+@contextmanager
+def workers_not_niced() -> Iterator[None]:
+    """Within the block, a Ray instance started here runs its workers at niceness 0, not Ray's default 15.
+
+    The engine actors are the run's main job: niced, they crawl beside any other process on the machine (the Ray
+    tests took 4 min beside another test process). The raylet reads the setting from its environment when it
+    starts; a cluster already running keeps its own, and a user's own RAY_worker_niceness wins.
+    """
+    before = os.environ.get(NICENESS)
+    os.environ.setdefault(NICENESS, "0")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(NICENESS, None)
 
 
 @contextmanager
