@@ -1,15 +1,15 @@
 """The llama.cpp engine's throughput beside bare single-stream llama-cpp-python and the CPU's own ceiling.
 
-On the quickstart's three contestants (examples/quickstart.yaml: the bundled Gemma 3 270M, 0-, 2-
-and 8-shot, greedy, max 24 tokens) and ``--n`` of its prompts each, in one process:
+On the quickstart's contestants (examples/quickstart.yaml: Gemma 3 270M 0-shot and 12-shot, Qwen2.5-Coder 0.5B
+and 1.5B Instruct 12-shot, greedy, max 16 tokens) and ``--n`` of its test prompts each, in one process:
 
-- bare: ``llama_cpp.Llama.create_completion``, one prompt after the other (what the engine did
-  before batching; its answers are the reference the batched answers are compared with);
+- bare: ``llama_cpp.Llama.create_completion`` on each contestant's own model file, one prompt after the other
+  (what the engine did before batching; its answers are the ones the batched answers are compared with);
 - engine at parallel 1: the engine's one-at-a-time path (the opt-out); the answering phase's speed-up
   is the batched engine's rate over it (issue 36's goal: >= 2.5x);
 - engine: our engine through the ledger (``run_requests``), ``parallel`` requests decoded together,
   for each batch size of ``--batches`` (the first is the default; the others show the curve);
-- ceiling: a matrix-multiply probe (numpy float32 on the same threads, GFLOP/s) divided by the
+- ceiling, per model file: a matrix-multiply probe (numpy float32 on the same threads, GFLOP/s) divided by the
   model's FLOPs per token, and a memory-bandwidth probe (a float32 matrix-vector product, GB/s)
   divided by the bytes a single-stream step reads (the weights).
 
@@ -23,8 +23,9 @@ quickstart's answers are a few tokens after a prompt of 20-200), so the decode r
   engine's its steps that only decode (each sequence one generated token, the step timed whole,
   Python included: ``batch_stats``). The end-to-end runs print the same split.
 
-The goals of issue 20 are checked on the decode rates: the default batch size at least 3x bare's
-single stream and at least 50% of the compute ceiling; the script exits 1 below either. Other
+The goals of issue 20 are checked on the bundled model's decode rates (the first contestant's): the default batch
+size at least 3x bare's single stream and at least 50% of the compute ceiling; the script exits 1 below either.
+The other models' shares are reported, not gated. Other
 processes on the cores lower every figure: the load average is printed before and after.
 
     python benchmarks/bench_llamacpp_engine.py [--n 48] [--batches 8,1,4,16,32] [--threads 2] [--decode-tokens 32]
@@ -125,39 +126,48 @@ def main() -> int:
     from arena_learning.config import RunConfig, load_config_file
     from arena_learning.engines import build_engine
     from arena_learning.engines.base import Request, completion_stops, render_completion_prompt
-    from arena_learning.engines.bundled import bundled_model_path
+    from arena_learning.engines.bundled import resolve_model_path
     from arena_learning.engines.calls import run_requests
     from arena_learning.store import Store
     from arena_learning.tasks import generate_tasks
 
     cfg = load_config_file(REPO / "examples" / "quickstart.yaml", RunConfig)
-    prompts = generate_tasks(args.n, seed=0)
+    prompts = generate_tasks(args.n, seed=0, suite=cfg.tasks.suite)
     specs = [s.model_copy(update={"n_threads": args.threads}) for s in cfg.models]
-    path = str(bundled_model_path())
-    bare = Llama(model_path=path, n_ctx=specs[0].n_ctx, n_threads=args.threads, verbose=False)
+    paths = {s.name: str(resolve_model_path(s.model)) for s in specs}
+    bares: dict[str, Any] = {}  # one bare Llama per model file
 
-    # Bare single stream: what the engine did before batching (token prompts, the engine's stops).
+    def bare_of(spec: Any) -> Any:
+        path = paths[spec.name]
+        if path not in bares:
+            bares[path] = Llama(model_path=path, n_ctx=spec.n_ctx, n_threads=args.threads, verbose=False)
+        return bares[path]
+
+    # Bare single stream: what the engine did before batching (token prompts, the engine's stops), per contestant.
     reference: dict[str, list[str]] = {}
-    bare_tokens, bare_s, prompt_tokens = 0, 0.0, 0
+    bare_rate: dict[str, float] = {}
+    prompt_tokens: dict[str, int] = {}
     for spec in specs:
-        texts = []
+        bare = bare_of(spec)
+        texts, made, took, fed = [], 0, 0.0, 0
         for p in prompts:
             text = render_completion_prompt(spec.prompt_format, [{"role": "user", "content": p.turns[0]}])
             tokens = bare.tokenize(text.encode(), add_bos=True, special=False)
             t = time.perf_counter()
             out: Any = bare.create_completion(prompt=tokens, max_tokens=spec.params.max_tokens, temperature=0.0,
                                          top_p=1.0, seed=0, stop=completion_stops(spec.prompt_format, spec.params.stop))
-            bare_s += time.perf_counter() - t
-            bare_tokens += out["usage"]["completion_tokens"]
-            prompt_tokens += len(tokens)
+            took += time.perf_counter() - t
+            made += out["usage"]["completion_tokens"]
+            fed += len(tokens)
             texts.append(out["choices"][0]["text"].strip())
-        reference[spec.name] = texts
-    bare_rate = bare_tokens / bare_s
+        reference[spec.name], bare_rate[spec.name], prompt_tokens[spec.name] = texts, made / took, fed
     n_answers = len(specs) * len(prompts)
-    print(f"{n_answers} answers: {len(specs)} contestants x {len(prompts)} quickstart prompts, greedy, "
-          f"max_tokens {specs[0].params.max_tokens}; {args.threads} threads; load average before {load0[0]:.2f}")
-    print(f"bare llama-cpp-python, single stream: {bare_tokens / bare_s:7.1f} tok/s  ({bare_tokens} tokens, "
-          f"{bare_s:.1f} s)")
+    print(f"{n_answers} answers: {len(specs)} contestants x {len(prompts)} quickstart prompts (suite "
+          f"{cfg.tasks.suite}), greedy, max_tokens {specs[0].params.max_tokens}; {args.threads} threads; load average "
+          f"before {load0[0]:.2f}")
+    for spec in specs:
+        print(f"  {spec.name}: bare llama-cpp-python, single stream {bare_rate[spec.name]:7.1f} tok/s "
+              f"({prompt_tokens[spec.name] / len(prompts):.0f} prompt tokens a request; {Path(paths[spec.name]).name})")
 
     def run(spec: Any, size: int, reqs: list[Any]) -> tuple[list[Any], float, dict[str, int]]:
         """Answer ``reqs`` with ``spec`` at batch ``size`` in a fresh ledger: outputs, seconds, counter deltas."""
@@ -177,89 +187,96 @@ def main() -> int:
                 f"prefill steps {c['prefill_tokens'] / max(c['prefill_ms'] / 1000, 1e-9):.0f} prompt tok/s "
                 f"({c['prefill_ms'] / 1000:.1f} s)")
 
-    rates: dict[int, float] = {}
-    differ: dict[int, int] = {}
+    phase: dict[int, float] = {}  # the answering phase's seconds (every contestant) per batch size
     for size in batches:
-        tokens_out, seconds, diff = 0, 0.0, 0
-        counters: dict[str, int] = {}
+        phase[size] = 0.0
         for spec in specs:
             reqs = [Request(messages=[{"role": "user", "content": p.turns[0]}]) for p in prompts]
             outs, took, c = run(spec, size, reqs)
-            seconds += took
-            counters = {k: counters.get(k, 0) + v for k, v in c.items()}
-            tokens_out += sum(c.tokens_out for c in outs if c is not None)
-            diff += sum(1 for c, ref in zip(outs, reference[spec.name]) if c is None or c.text != ref)
-        rates[size], differ[size] = tokens_out / seconds, diff
-        print(f"engine, parallel {size:3d}:               {rates[size]:7.1f} tok/s  ({tokens_out} tokens, "
-              f"{seconds:.1f} s; x{rates[size] / bare_rate:4.2f} bare; answers differing from bare: "
-              f"{diff}/{n_answers}{split(counters)})")
+            phase[size] += took
+            made = sum(o.tokens_out for o in outs if o is not None)
+            diff = sum(1 for o, ref in zip(outs, reference[spec.name]) if o is None or o.text != ref)
+            print(f"engine, parallel {size:3d}, {spec.name:20s} {made / took:7.1f} tok/s ({took:5.1f} s; "
+                  f"x{made / took / bare_rate[spec.name]:4.2f} bare; answers differing from bare: "
+                  f"{diff}/{len(prompts)}{split(c)})")
+        print(f"engine, parallel {size:3d}: the answering phase {phase[size]:.1f} s")
 
-    if 1 in rates:  # issue 36's goal: the quickstart's answering phase batched against one at a time, same engine
+    if 1 in phase:  # issue 36's goal: the quickstart's answering phase batched against one at a time, same engine
         for size in batches:
             if size > 1:
                 print(f"answering phase, parallel {size} against parallel 1 (both the engine, prompts included): "
-                      f"x{rates[size] / rates[1]:.2f} (issue 36's goal: >= 2.5)")
+                      f"x{phase[1] / phase[size]:.2f} (issue 36's goal: >= 2.5)")
 
-    # Decode-bound: every sequence writes --decode-tokens tokens (no stop string), the first contestant's prompts.
-    dspec = specs[0].model_copy(update={"params": specs[0].params.model_copy(
-        update={"stop": [], "max_tokens": args.decode_tokens})})
-    ctx = bare._ctx.ctx
-    llama_cpp.llama_perf_context_reset(ctx)
-    wall_tokens, wall_s = 0, 0.0
-    for p in prompts:
-        text = render_completion_prompt(dspec.prompt_format, [{"role": "user", "content": p.turns[0]}])
-        t = time.perf_counter()
-        out = bare.create_completion(prompt=bare.tokenize(text.encode(), add_bos=True, special=False),
-                                     max_tokens=args.decode_tokens, temperature=0.0, top_p=1.0, seed=0, stop=[])
-        wall_s += time.perf_counter() - t
-        wall_tokens += out["usage"]["completion_tokens"]
-    perf = llama_cpp.llama_perf_context(ctx)
-    bare_decode = perf.n_eval / (perf.t_eval_ms / 1000)
-    print(f"decode ({len(prompts)} prompts x {args.decode_tokens} tokens, no stop): bare single stream "
-          f"{bare_decode:7.1f} tok/s in decode calls ({perf.n_eval} tokens, {perf.t_eval_ms / 1000:.1f} s; "
-          f"{perf.t_eval_ms / max(perf.n_eval, 1):.1f} ms a token), {wall_tokens / wall_s:.1f} tok/s wall-clock "
-          f"with its prompts")
-    decode_rates: dict[int, float] = {}
-    for size in batches:
-        reqs = [Request(messages=[{"role": "user", "content": p.turns[0]}]) for p in prompts]
-        outs, took, c = run(dspec, size, reqs)
-        made = sum(o.tokens_out for o in outs if o is not None)
-        if size == 1:
-            decode_rates[size] = made / took
-            print(f"  engine, parallel   1: {made / took:7.1f} tok/s wall-clock (one at a time, prompts included)")
-            continue
-        decode_rates[size] = c["decode_tokens"] / (c["decode_ms"] / 1000)
-        print(f"  engine, parallel {size:3d}: {decode_rates[size]:7.1f} tok/s in decode steps "
-              f"({c['decode_steps']} steps, {c['decode_tokens'] / max(c['decode_steps'], 1):.1f} sequences a step, "
-              f"{c['decode_ms'] / max(c['decode_steps'], 1):.0f} ms a step); x{decode_rates[size] / bare_decode:4.2f} "
-              f"bare's decode; {made / took:.1f} tok/s wall-clock with prefill")
-
+    # Decode-bound, per model file: every sequence writes --decode-tokens tokens (no stop string), the first
+    # contestant on that model's prompts; then the CPU's ceilings for that model.
     gflops = probe_gflops(args.threads)
     bandwidth = probe_bandwidth(args.threads)
-    context = prompt_tokens / n_answers + specs[0].params.max_tokens / 2
-    flops = model_flops_per_token(bare, context)
-    weight_bytes = os.path.getsize(path)
-    compute_ceiling = gflops * 1e9 / flops
-    single_bound = bandwidth * 1e9 / weight_bytes
+    print(f"matmul probe: {gflops:.1f} GFLOP/s (numpy float32, {args.threads} threads); memory probe: "
+          f"{bandwidth:.1f} GB/s")
     size = batches[0]
-    rate = decode_rates[size]
-    n_embd = int(bare.metadata.get(f"{bare.metadata.get('general.architecture', '')}.embedding_length", 0))
-    head = 2.0 * bare.n_vocab() * n_embd
-    print(f"matmul probe: {gflops:.1f} GFLOP/s (numpy float32, {args.threads} threads); model: "
-          f"{flops / 1e6:.0f} MFLOP/token (mean context {context:.0f})")
-    print(f"memory probe: {bandwidth:.1f} GB/s; weights read per single-stream step: {weight_bytes / 1e6:.0f} MB")
-    print(f"  of which the output head ({bare.n_vocab()} x {n_embd}, computed for every decoded token): "
-          f"{head / flops:.0%}")
-    print(f"compute ceiling: {compute_ceiling:7.1f} tok/s; engine's decode at batch {size}: "
-          f"{rate / compute_ceiling:5.1%} of it; bare's single-stream decode: {bare_decode / compute_ceiling:5.1%}")
-    print(f"bandwidth bound of a single stream: {single_bound:7.1f} tok/s (bare reaches "
-          f"{bare_rate / single_bound:5.1%}); at batch {size} the weights are read once per {size} tokens")
-    speedup = rate / bare_decode
-    ok = speedup >= args.goal_speedup and rate / compute_ceiling >= args.goal_ceiling
-    load1 = os.getloadavg()
-    print(f"goals (decode rates, batch {size}): x{speedup:.2f} bare's single stream (>= {args.goal_speedup}), "
-          f"{rate / compute_ceiling:.1%} of the compute ceiling "
-          f"(>= {args.goal_ceiling:.0%}): {'met' if ok else 'MISSED'}; load average after {load1[0]:.2f}")
+    ok = True
+    seen: set[str] = set()
+    for spec in specs:
+        path = paths[spec.name]
+        if path in seen:
+            continue
+        seen.add(path)
+        bare = bare_of(spec)
+        dspec = spec.model_copy(update={"params": spec.params.model_copy(
+            update={"stop": [], "max_tokens": args.decode_tokens})})
+        ctx = bare._ctx.ctx
+        llama_cpp.llama_perf_context_reset(ctx)
+        wall_tokens, wall_s = 0, 0.0
+        for p in prompts:
+            text = render_completion_prompt(dspec.prompt_format, [{"role": "user", "content": p.turns[0]}])
+            t = time.perf_counter()
+            out = bare.create_completion(prompt=bare.tokenize(text.encode(), add_bos=True, special=False),
+                                         max_tokens=args.decode_tokens, temperature=0.0, top_p=1.0, seed=0, stop=[])
+            wall_s += time.perf_counter() - t
+            wall_tokens += out["usage"]["completion_tokens"]
+        perf = llama_cpp.llama_perf_context(ctx)
+        bare_decode = perf.n_eval / (perf.t_eval_ms / 1000)
+        print(f"\n{Path(path).name} ({spec.name}'s prompts): decode ({len(prompts)} prompts x {args.decode_tokens} "
+              f"tokens, no stop): bare single stream {bare_decode:7.1f} tok/s in decode calls ({perf.n_eval} tokens, "
+              f"{perf.t_eval_ms / 1000:.1f} s; {perf.t_eval_ms / max(perf.n_eval, 1):.1f} ms a token), "
+              f"{wall_tokens / wall_s:.1f} tok/s wall-clock with its prompts")
+        decode_rates: dict[int, float] = {}
+        for b in batches:
+            reqs = [Request(messages=[{"role": "user", "content": p.turns[0]}]) for p in prompts]
+            outs, took, c = run(dspec, b, reqs)
+            made = sum(o.tokens_out for o in outs if o is not None)
+            if b == 1:
+                decode_rates[b] = made / took
+                print(f"  engine, parallel   1: {made / took:7.1f} tok/s wall-clock (one at a time, prompts included)")
+                continue
+            decode_rates[b] = c["decode_tokens"] / (c["decode_ms"] / 1000)
+            print(f"  engine, parallel {b:3d}: {decode_rates[b]:7.1f} tok/s in decode steps "
+                  f"({c['decode_steps']} steps, {c['decode_tokens'] / max(c['decode_steps'], 1):.1f} sequences a "
+                  f"step, {c['decode_ms'] / max(c['decode_steps'], 1):.0f} ms a step); "
+                  f"x{decode_rates[b] / bare_decode:4.2f} bare's decode; {made / took:.1f} tok/s wall-clock with "
+                  "prefill")
+        context = prompt_tokens[spec.name] / len(prompts) + spec.params.max_tokens / 2
+        flops = model_flops_per_token(bare, context)
+        weight_bytes = os.path.getsize(path)
+        compute_ceiling = gflops * 1e9 / flops
+        single_bound = bandwidth * 1e9 / weight_bytes
+        rate = decode_rates[size]
+        n_embd = int(bare.metadata.get(f"{bare.metadata.get('general.architecture', '')}.embedding_length", 0))
+        head = 2.0 * bare.n_vocab() * n_embd
+        print(f"  model: {flops / 1e6:.0f} MFLOP/token (mean context {context:.0f}), of which the output head "
+              f"({bare.n_vocab()} x {n_embd}, computed for every decoded token) {head / flops:.0%}; weights read per "
+              f"single-stream step: {weight_bytes / 1e6:.0f} MB")
+        print(f"  compute ceiling: {compute_ceiling:7.1f} tok/s; engine's decode at batch {size}: "
+              f"{rate / compute_ceiling:5.1%} of it; bare's single-stream decode: {bare_decode / compute_ceiling:5.1%}")
+        print(f"  bandwidth bound of a single stream: {single_bound:7.1f} tok/s (bare's decode reaches "
+              f"{bare_decode / single_bound:5.1%}); at batch {size} the weights are read once per {size} tokens")
+        speedup = rate / bare_decode
+        met = speedup >= args.goal_speedup and rate / compute_ceiling >= args.goal_ceiling
+        ok = ok and (met or len(seen) > 1)  # issue 20's goals are the bundled model's (the first contestant's)
+        print(f"  goals (decode rates, batch {size}): x{speedup:.2f} bare's single stream (>= {args.goal_speedup}), "
+              f"{rate / compute_ceiling:.1%} of the compute ceiling (>= {args.goal_ceiling:.0%}): "
+              f"{'met' if met else 'MISSED'}{'' if len(seen) == 1 else ' (reported, not gated)'}")
+    print(f"load average after {os.getloadavg()[0]:.2f}")
     return 0 if ok else 1
 
 
