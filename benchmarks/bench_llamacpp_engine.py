@@ -272,7 +272,8 @@ def main() -> int:
               f"{bare_decode / single_bound:5.1%}); at batch {size} the weights are read once per {size} tokens")
         speedup = rate / bare_decode
         met = speedup >= args.goal_speedup and rate / compute_ceiling >= args.goal_ceiling
-        ok = ok and (met or len(seen) > 1)  # issue 20's goals are the bundled model's (the first contestant's)
+        if len(seen) == 1:  # issue 20's goals are the bundled model's (the first contestant's)
+            ok = met
         print(f"  goals (decode rates, batch {size}): x{speedup:.2f} bare's single stream (>= {args.goal_speedup}), "
               f"{rate / compute_ceiling:.1%} of the compute ceiling (>= {args.goal_ceiling:.0%}): "
               f"{'met' if met else 'MISSED'}{'' if len(seen) == 1 else ' (reported, not gated)'}")
