@@ -382,3 +382,93 @@ def test_an_announced_list_or_not_gets_the_same_answers_whenever_its_requests_ar
     # Without the announcement the schedule follows arrival (the steps can differ); the answers cannot.
     for w in (7, len(requests)):
         assert run(w, False, f"n{w}")[0] == first
+
+
+VERDICT = {"type": "object", "properties": {"score": {"type": "integer"}, "why": {"type": "string", "maxLength": 24}},
+           "required": ["score", "why"]}
+
+
+def judge_like(n: int, schema: bool) -> list[Request]:
+    """Chat requests shaped like a judge's: a question and an answer to score, a JSON verdict when ``schema``."""
+    questions = [r.messages[0]["content"] for r in quickstart_sample(n)[1]]
+    params = {"json_schema": VERDICT, "max_tokens": 48} if schema else {"max_tokens": 24}
+    return [Request(messages=[{"role": "user", "content": f"Score the answer 1-10.\nQuestion: {q}\nAnswer: 7"}],
+                    params=params) for q in questions]
+
+
+def test_chat_and_json_schema_requests_batch_and_each_answer_is_its_request_alone():
+    # Chat templates and JSON schemas were one at a time (the LLM judges' calls); now they batch like completions:
+    # the tokens create_chat_completion would decode, a grammar that holds in every row, and the same tokens alone,
+    # together, reversed and beside plain completions.
+    import json
+
+    spec = ModelSpec(name="chat", engine="llamacpp", mode="chat", chat_format="gemma", n_threads=1, parallel=8,
+                     params={"max_tokens": 24, "temperature": 0.0})
+    engine = LlamaCppEngine(spec)
+    schema, free = judge_like(6, True), judge_like(6, False)
+    requests = [*schema, *free]
+    assert all(engine.batched(r) for r in requests)
+    assert engine.key_params(schema[0])["decoding"] == "batched-v2x8"   # keyed apart from one-at-a-time verdicts
+    assert not LlamaCppEngine(spec.model_copy(update={"parallel": 1})).batched(schema[0])  # the opt-out
+    # the prompt is the chat handler's own: create_chat_completion counts the same prompt tokens
+    one = engine.complete_sync(free[0])
+    assert len(engine._job(free[0]).tokens) == one.tokens_in
+    alone = [batch_picks(engine, [r])[0] for r in requests]
+    assert batch_picks(engine, requests) == alone
+    assert batch_picks(engine, requests[::-1])[::-1] == alone
+    plain = [ask(p.turns[0]) for p in generate_tasks(4, seed=5)]
+    completion = LlamaCppEngine(spec.model_copy(update={"mode": "completion"}))
+    jobs = [completion._job(r) for r in plain] + [engine._job(r) for r in requests]
+    batcher = load_batcher(engine.spec)
+
+    async def go():
+        return await asyncio.gather(*(asyncio.wrap_future(batcher.submit(j)) for j in jobs))
+
+    asyncio.run(go())
+    assert [tuple(j.picked) for j in jobs[4:]] == alone and load_batcher(engine.spec).peak == 8
+
+    async def answers():
+        return await asyncio.gather(*(engine.complete(r) for r in schema))
+
+    for out in asyncio.run(answers()):  # every verdict follows its schema, whatever shared its steps
+        assert out.finish_reason == "stop", out.text  # the grammar ends it (a score, at most 24 characters)
+        verdict = json.loads(out.text)
+        assert set(verdict) == {"score", "why"} and isinstance(verdict["score"], int), out.text
+
+
+def test_a_grammar_checks_the_best_token_alone_exactly_as_masking_everything_would(monkeypatch):
+    # Greedy, the best token is checked against the grammar alone, the whole vocabulary masked only when refused:
+    # the same tokens as masking every step.
+    from arena_learning.engines.llama_batcher import Batcher
+
+    spec = ModelSpec(name="chat", engine="llamacpp", mode="chat", chat_format="gemma", n_threads=1, parallel=4,
+                     params={"max_tokens": 40, "temperature": 0.0})
+    engine = LlamaCppEngine(spec)
+    requests = judge_like(4, True)
+    masks = []
+    mask = Batcher._mask
+    monkeypatch.setattr(Batcher, "_mask", lambda self, g, logits: masks.append(1) or mask(self, g, logits))
+    lazy = batch_picks(engine, requests)
+    assert 0 < len(masks) < sum(map(len, lazy))  # some best tokens refused, most allowed
+    monkeypatch.setattr(Batcher, "_allows", lambda self, grammar, token, logit: False)
+    assert batch_picks(engine, requests) == lazy
+
+
+def test_a_request_whose_grammar_fails_fails_alone():
+    from arena_learning.engines.base import CallFailed
+    from arena_learning.engines.llama_batcher import Job
+
+    spec = ModelSpec(name="g", engine="llamacpp", mode="completion", n_threads=1, parallel=4,
+                     params={"max_tokens": 8, "temperature": 0.0})
+    engine = LlamaCppEngine(spec)
+    good = [engine._job(ask(p.turns[0])) for p in generate_tasks(3, seed=1)]
+    bad = Job(tokens=good[0].tokens, max_tokens=8, stops=[], grammar="root ::= (")
+    batcher = load_batcher(engine.spec)
+
+    async def go():
+        return await asyncio.gather(*(asyncio.wrap_future(batcher.submit(j)) for j in [good[0], bad, *good[1:]]),
+                                    return_exceptions=True)
+
+    out = asyncio.run(go())
+    assert isinstance(out[1], CallFailed) and "grammar" in str(out[1])
+    assert all(not isinstance(o, BaseException) for o in [out[0], *out[2:]])

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .cpu_isa import pin_cpu_isa
+
+# torch's CPU kernels at AVX2 on every x86-64 machine, before torch computes anything: the same weights trained on a
+# machine with AVX-512 as on one without (cpu_isa; ARENA_CPU_ISA=native opts out)
+pin_cpu_isa()
+
 if TYPE_CHECKING:
     from pathlib import Path
 

@@ -605,7 +605,8 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the repo
                                 None: "unknown"}[lc["portable"]]),
             ("smoke generation",
              f"ok in {smoke['seconds']} s: {smoke['text']!r}" if smoke["ok"] else f"FAILED: {smoke['error']}"),
-            ("torch", f"{report['torch'].get('version')}, {report['torch'].get('threads')} threads"
+            ("torch", f"{report['torch'].get('version')}, {report['torch'].get('threads')} threads, kernels "
+             f"{report['torch'].get('cpu_capability')} ({report['torch'].get('isa_pin')})"
              if report["torch"]["installed"] else "not installed"),
             ("bundled model", f"{report['bundled_model'].get('path')} ({report['bundled_model'].get('identity')})"
              if report["bundled_model"].get("path") else report["bundled_model"].get("error")),

@@ -27,8 +27,11 @@ def _torch() -> dict[str, Any]:
         import torch
     except ImportError as err:
         return {"installed": False, "error": str(err)}
+    from ..cpu_isa import describe
+
     return {"installed": True, "version": torch.__version__, "threads": torch.get_num_threads(),
-            "interop_threads": torch.get_num_interop_threads(), "cuda": bool(torch.cuda.is_available())}
+            "interop_threads": torch.get_num_interop_threads(), "cuda": bool(torch.cuda.is_available()),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "isa_pin": describe()}
 
 
 def _bundled() -> dict[str, Any]:

@@ -30,6 +30,11 @@ default chain written out in numpy (top-k 40, top-p, min-p 0.05, temperature, th
 generator seeded by the request's seed and its prompt alone (so two prompts sampled with one seed
 draw independent streams, where llama.cpp's seeded sampler gives every prompt the same one).
 
+A request with a grammar (a JSON schema's, or one a chat handler chose) carries its GBNF text; its slot gets a
+llama.cpp grammar sampler of its own, which masks the logits before the pick and accepts every token picked.
+Greedy, the best token is checked alone first and the whole vocabulary masked only when the grammar refuses it
+(the best allowed token either way: a refused best is the only case where masking changes the argmax).
+
 A caller that knows its list (``arun_requests``) announces it (``expect``): admission then waits until the
 queue holds a job for every free slot or the announced list is all in, so steps are full however the
 caller's threads get to submit (speed only: answers never depend on the schedule). Unannounced jobs
@@ -40,6 +45,7 @@ Every call runs on the engine's one worker thread (ggml's thread team, see ``lla
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 import zlib
@@ -78,6 +84,7 @@ class Job:
     max_tokens: int
     stops: list[bytes]
     sampling: Sampling | None = None  # None: greedy (the logits' best)
+    grammar: str | None = None  # GBNF (root rule ``root``) every picked token must follow; None: any token
     future: Future = field(default_factory=Future)
     on_text: Callable[[bytes], None] | None = None  # called on the worker with the output so far, as it grows
     start: float = field(default_factory=time.perf_counter)
@@ -134,6 +141,7 @@ class _Slot:
     out: list[int] = field(default_factory=list)
     pieces: list[bytes] = field(default_factory=list)
     multibyte_fix: int = 0
+    grammar: Any = None  # the job's llama.cpp grammar sampler (freed when the job ends)
 
 
 def prompt_salt(tokens: list[int]) -> int:
@@ -185,6 +193,10 @@ class Batcher:
         self.n_vocab = int(llm.n_vocab())
         self.bos = int(llm.token_bos())
         self.slots = [_Slot(i) for i in range(size)]
+        # Candidates for a grammar to mask: every token id with its logit (llama_token_data: id, logit, p).
+        self._candidates = np.zeros(self.n_vocab, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
+        self._candidates["id"] = np.arange(self.n_vocab, dtype=np.int32)
+        self._one = np.zeros(1, dtype=self._candidates.dtype)
         self.queue: deque[Job] = deque()
         self.lock = threading.Lock()
         self.arrived = threading.Condition(self.lock)  # a job was submitted, or announced ones withdrawn
@@ -261,6 +273,7 @@ class Batcher:
                 jobs = [s.job for s in self.slots if s.job is not None] + list(self.queue)
                 self.queue.clear()
                 for s in self.slots:
+                    self._release(s)
                     s.job, s.cached, s.pending, s.reusable = None, [], [], 0
                 if self.ctx is not None:
                     self._lc.llama_memory_clear(self.mem, True)
@@ -319,10 +332,17 @@ class Batcher:
                 lc.llama_memory_seq_cp(self.mem, source.seq, slot.seq, -1, -1)
             if not job.future.set_running_or_notify_cancel():
                 continue
+            grammar = None
+            if job.grammar is not None:
+                grammar = lc.llama_sampler_init_grammar(self.vocab, job.grammar.encode("utf-8"), b"root")
+                if not grammar:
+                    job.future.set_exception(CallFailed("llama.cpp could not parse the request's grammar"))
+                    continue
             lc.llama_memory_seq_rm(self.mem, slot.seq, keep, -1)
             slot.cached, slot.reusable = tokens[:keep], keep
             slot.pending = tokens[keep:]
             slot.job, slot.out, slot.pieces, slot.multibyte_fix = job, [], [], 0
+            slot.grammar = grammar
 
     def _step(self) -> None:
         """Admit what fits, then evaluate one prompt chunk of one slot, or decode one token of every slot."""
@@ -331,6 +351,7 @@ class Batcher:
             if s.job is not None and s.job.gone():
                 if not s.job.future.done():
                     s.job.future.set_exception(CallFailed("llama.cpp: the caller went away"))
+                self._release(s)
                 s.job, s.pending = None, []
                 self._lc.llama_memory_seq_rm(self.mem, s.seq, len(s.cached), -1)
         prompts = [s for s in self.slots if s.job is not None and not s.job.picked and s.pending]
@@ -409,7 +430,62 @@ class Batcher:
     def _pick(self, s: _Slot, row: int) -> None:
         logits = np.ctypeslib.as_array(self._lc.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))
         how = s.job.sampling if s.job is not None else None
-        self._accept(s, int(np.argmax(logits)) if how is None else how.pick(logits))
+        if s.grammar is None:
+            token = int(np.argmax(logits)) if how is None else how.pick(logits)
+        else:
+            try:
+                token = self._grammar_pick(s.grammar, logits, how)
+            except CallFailed as err:  # this request's alone: the others decode on
+                job = s.job
+                self._release(s)
+                s.job, s.pending = None, []
+                if job is not None and not job.future.done():
+                    job.future.set_exception(err)
+                return
+            if not self._lc.llama_vocab_is_eog(self.vocab, token):  # the end needs no accepting (nothing follows)
+                self._lc.llama_sampler_accept(s.grammar, token)
+        self._accept(s, token)
+
+    def _grammar_pick(self, grammar: Any, logits: np.ndarray, how: Sampling | None) -> int:
+        """Return the token picked from ``logits`` among those ``grammar`` allows next."""
+        if how is None:
+            best = int(np.argmax(logits))
+            if self._allows(grammar, best, float(logits[best])):
+                return best  # the best token is allowed: masking the others changes nothing
+        masked = self._mask(grammar, logits)
+        if not np.isfinite(masked.max()):
+            raise CallFailed("llama.cpp: the request's grammar allows no next token")
+        return int(np.argmax(masked)) if how is None else how.pick(masked)
+
+    def _apply(self, grammar: Any, candidates: np.ndarray) -> None:
+        lc = self._lc
+        cur = lc.llama_token_data_array(data=candidates.ctypes.data_as(lc.llama_token_data_p),
+                                        size=candidates.size, selected=-1, sorted=False)
+        lc.llama_sampler_apply(grammar, ctypes.byref(cur))
+        if cur.size != candidates.size:  # the grammar sampler only sets logits; it never drops candidates
+            raise CallFailed("llama.cpp: a grammar changed the candidates' count")
+
+    def _allows(self, grammar: Any, token: int, logit: float) -> bool:
+        one = self._one
+        one["id"], one["logit"], one["p"] = token, logit, 0.0
+        self._apply(grammar, one)
+        return bool(np.isfinite(one["logit"][0]))
+
+    def _mask(self, grammar: Any, logits: np.ndarray) -> np.ndarray:
+        """Return ``logits`` with every token ``grammar`` refuses next at minus infinity."""
+        c = self._candidates
+        c["id"] = np.arange(self.n_vocab, dtype=np.int32)
+        c["logit"], c["p"] = logits, 0.0
+        self._apply(grammar, c)
+        masked = np.full(self.n_vocab, -np.inf, dtype=np.float32)
+        masked[c["id"]] = c["logit"]
+        return masked
+
+    def _release(self, s: _Slot) -> None:
+        """Free the slot's grammar sampler, if any."""
+        if s.grammar is not None:
+            self._lc.llama_sampler_free(s.grammar)
+            s.grammar = None
 
     def _accept(self, s: _Slot, token: int) -> None:
         """Add ``token`` to the slot's output, or finish it: ``Llama._create_completion``'s rules."""
@@ -452,6 +528,7 @@ class Batcher:
     def _finish(self, s: _Slot, text: bytes, reason: str) -> None:
         job = s.job
         assert job is not None
+        self._release(s)
         s.job, s.pending = None, []
         if not job.future.done():
             job.future.set_result(Completion(

@@ -2,11 +2,14 @@
 
 One ``Llama`` per (file, context size, threads, chat format) is shared by every
 ModelSpec that names it, so three prompt formats of the bundled model load it
-once. Completion-mode requests, greedy or seeded samples, are decoded ``parallel``
-at a time in one context (``llama_batcher``: continuous batching, shared prefixes
-evaluated once, every answer a function of its request alone; a sample draws with
-the batcher's own seeded sampler); the rest (chat templates, JSON schemas, unseeded
-samples, and everything with ``parallel: 1``) run one at a time through the ``Llama``.
+once. Greedy requests and seeded samples, in completion or chat mode, with or without a
+JSON schema, are decoded ``parallel`` at a time in one context (``llama_batcher``:
+continuous batching, shared prefixes evaluated once, every answer a function of its
+request alone; a sample draws with the batcher's own seeded sampler, a schema masks
+with llama.cpp's grammar sampler); unseeded samples and everything with ``parallel: 1``
+run one at a time through the ``Llama``. A chat request is decoded from exactly what
+``Llama.create_chat_completion`` would decode: its own chat handler renders the
+template, tokenises it and picks the grammar (``chat_completion_args``).
 Every llama.cpp call runs on one worker thread; the event loop stays free for the
 ledger and progress bars.
 
@@ -178,13 +181,12 @@ class LlamaCppEngine(Engine):
         return self.llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
 
     def batched(self, request: Request) -> bool:
-        """Whether ``request`` is decoded in the batched context: plain completion text, no schema, greedy or a
-        seeded sample (drawn by the batcher's own sampler, whose generator only the request's seed moves).
+        """Whether ``request`` is decoded in the batched context: greedy or a seeded sample (drawn by the batcher's
+        own sampler, whose generator only the request's seed moves), in completion or chat mode, with or without a
+        JSON schema. ``parallel: 1`` opts out: every request one at a time through the ``Llama``.
         """
         params = {**self.default_params(), **request.params}
-        chat = request.messages is not None and self.spec.mode == "chat"
-        return (self.spec.parallel > 1 and not chat and params.get("json_schema") is None
-                and (float(params["temperature"]) == 0.0 or params.get("seed") is not None))
+        return self.spec.parallel > 1 and (float(params["temperature"]) == 0.0 or params.get("seed") is not None)
 
     def key_params(self, request: Request) -> dict[str, Any]:
         # A batched answer comes from other kernels than the one-at-a-time one (and a batched sample from another
@@ -290,8 +292,16 @@ class LlamaCppEngine(Engine):
 
     def _job(self, request: Request) -> Job:
         params = {**self.default_params(), **request.params}
-        prompt, stop = self._prompt(request, params)
-        tokens = self.prompt_tokens(prompt)
+        schema = params.get("json_schema")
+        if request.messages is not None and self.spec.mode == "chat":
+            args = chat_completion_args(self.llm, request.messages, params)
+            tokens, stop = list(args["prompt"]), args.get("stop") or []
+            grammar = args.get("grammar")
+            gbnf = grammar._grammar if grammar is not None else None
+        else:
+            prompt, stop = self._prompt(request, params)
+            tokens = self.prompt_tokens(prompt)
+            gbnf = _grammar(schema)._grammar if schema is not None else None
         # The configured window (llama.cpp rounds its own up to a multiple of 256; the Llama keeps n_ctx tokens).
         n_ctx = min(self.spec.n_ctx, int(self.llm.n_ctx()))
         if len(tokens) >= n_ctx:
@@ -305,7 +315,7 @@ class LlamaCppEngine(Engine):
         sampling = (Sampling(temperature=temperature, seed=int(params["seed"]), top_p=float(params["top_p"]),
                              salt=prompt_salt(tokens)) if temperature > 0.0 else None)
         return Job(tokens=tokens, max_tokens=max_tokens, stops=[s.encode("utf-8") for s in stop or []],
-                   sampling=sampling)
+                   sampling=sampling, grammar=gbnf)
 
     def _finish(self, request: Request, out: Completion) -> Completion:
         if self._strips(request):
@@ -361,6 +371,52 @@ class LlamaCppEngine(Engine):
             latency_s=time.perf_counter() - start,
             finish_reason=out["choices"][0].get("finish_reason"),
         )
+
+
+class _Recorded(Exception):  # a result carried out of the chat handler, not an error
+    def __init__(self, kwargs: dict[str, Any]):
+        super().__init__("recorded")
+        self.kwargs = kwargs
+
+
+class _Recorder:
+    """Stands in for a ``Llama`` inside its chat handler: everything is the Llama's, except that
+    ``create_completion`` records its arguments (the tokens, stops and grammar it was given) instead of decoding."""
+
+    def __init__(self, llm: Any):
+        self._llm = llm
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    def create_completion(self, **kwargs: Any) -> Any:
+        raise _Recorded(kwargs)
+
+
+def chat_completion_args(llm: Any, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
+    """Return what ``llm.create_chat_completion`` would hand ``create_completion`` for ``messages``: ``prompt``
+    (the rendered template's tokens), ``stop`` (the caller's and the format's) and ``grammar`` (a JSON schema's,
+    or None).
+
+    The library's own handler runs (whichever the Llama picks: a Jinja template, a named format, the GGUF's
+    template), so the batched path decodes the very tokens the one-at-a-time path does; only the decoding differs.
+    """
+    from llama_cpp import Llama
+
+    schema = params.get("json_schema")
+    fmt = {"type": "json_object", "schema": schema} if schema is not None else None
+    create: Any = Llama.create_chat_completion  # called unbound, on the stand-in
+    try:
+        create(
+            _Recorder(llm),
+            messages=neutralise_messages(messages), stop=params["stop"] or None, response_format=fmt,
+            max_tokens=params["max_tokens"], temperature=params["temperature"], top_p=params["top_p"],
+            seed=params["seed"],
+        )
+    except _Recorded as rec:
+        return rec.kwargs
+    raise EngineError("llama.cpp's chat handler returned without decoding: this chat format cannot be batched "
+                      "(set parallel: 1)")
 
 
 _GRAMMARS: dict[str, Any] = {}
