@@ -183,3 +183,35 @@ def test_a_resumed_flywheel_reuses_a_finished_stages_export_and_never_writes_it_
     assert not export_current(stage / "model", gguf, quantize="f16")
     redone = run()
     assert any("exporting" in m for m in redone["said"]) and gguf.stat().st_mtime_ns != written.st_mtime_ns
+
+
+@pytest.mark.slow
+def test_a_qwen2_folder_exports_with_its_own_gguf_as_template_and_holds_its_tensors(tmp_path):
+    """Qwen2.5-Coder 0.5B (registry) GGUF -> HF folder -> GGUF f32 with the Qwen file as template: every tensor
+    (q/k/v biases and the stored head included) equals the original dequantized, and the flywheel picks a GGUF
+    target's own file as the template of its lineage's exports."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from arena_learning.engines.bundled import bundled_model_path, resolve_model_path
+    from arena_learning.engines.transformers_engine import resolve_hf_folder
+    from arena_learning.store import Store
+
+    name = "qwen2.5-coder-0.5b-instruct"
+    template = resolve_model_path(name)
+    folder = resolve_hf_folder(name)
+    with pytest.raises(ArenaError, match="is a 'qwen2' model, but the template .* is 'gemma3'"):
+        export_gguf(folder, tmp_path / "wrong.gguf", quantize="f32")  # the default template is the bundled gemma
+    out = export_gguf(folder, tmp_path / "q.gguf", template_gguf=template, quantize="f32")
+    orig, new = GGUFReader(str(template)), GGUFReader(str(out))
+    assert [t.name for t in orig.tensors] == [t.name for t in new.tensors]
+    assert {"blk.0.attn_q.bias", "output.weight"} <= {t.name for t in new.tensors}
+    worst = max(float(np.abs(dequantize(a.data, a.tensor_type).reshape(b.data.shape) - b.data).max())
+                for a, b in zip(orig.tensors, new.tensors))
+    assert worst < 1e-6, worst
+    data = json.loads(json.dumps(CONFIG))
+    for model, want in ((name, template), ("bundled", bundled_model_path()), (str(folder), None)):
+        cfg = validate_config({**data, "target": {**data["target"], "model": model},
+                               "training": {"serve_as": "llamacpp"}}, FlywheelConfig, "t")
+        with Store(tmp_path / "ws") as store:
+            assert Flywheel(cfg, store, show_progress=False, say=lambda m: None).template_gguf() == want, model

@@ -15,6 +15,9 @@ loads, with no ``convert_hf_to_gguf.py`` on disk:
   gemma3, subtracts 1 on load). q/k are *not* permuted: that is the llama architecture's rope
   layout; llama.cpp's Gemma converters write q/k as HF has them (transformers' gemma3 loader does
   not un-permute either);
+- Qwen2 (the Qwen2.5-Coder models of the registry) is written as its HF tensors are, q/k/v biases included:
+  llama.cpp's ``Qwen2Model`` converter neither permutes q/k nor shifts the norms, and transformers' qwen2 GGUF
+  loader undoes nothing;
 - ``quantize="q4_k_m"`` then runs llama.cpp's own quantizer (``llama_model_quantize``, the
   ``llama-quantize`` tool's code) on the F16 file: the same per-tensor type choices as the bundled
   Q4_K_M file.
@@ -59,7 +62,11 @@ SHAPE_KEYS = {
     "sliding_window": "attention.sliding_window",
 }
 # HF model_type -> GGUF general.architecture
-ARCHES = {"gemma3_text": "gemma3", "gemma3": "gemma3"}
+ARCHES = {"gemma3_text": "gemma3", "gemma3": "gemma3", "qwen2": "qwen2"}
+# GGUF architecture -> the gguf package's tensor-name map of it
+GGUF_ARCHES = {"gemma3": "GEMMA3", "qwen2": "QWEN2"}
+ONE_PLUS_NORM = {"gemma3"}
+"""Architectures whose RMSNorm scales by (1 + w): HF stores w, llama.cpp 1 + w."""
 
 
 def marker_path(out_path: Path) -> Path:
@@ -172,8 +179,9 @@ def check_config(folder: Path, config: dict[str, Any], reader: Any, template: Pa
     if ARCHES.get(str(model_type)) != arch:
         raise ArenaError(
             f"export to GGUF: {folder} is a {model_type!r} model, but the template {template} is {arch!r} "
-            f"(the export supports {', '.join(sorted(ARCHES))} folders against a gemma3 template, such as the "
-            "bundled model a flywheel student is trained from); serve this folder with engine 'transformers'")
+            f"(the export supports {', '.join(sorted(ARCHES))} folders against a template GGUF of the same "
+            "architecture, such as the GGUF a flywheel student is trained from); serve this folder with engine "
+            "'transformers'")
     wrong = []
     for hf_key, gguf_key in SHAPE_KEYS.items():
         want = _field(reader, f"{arch}.{gguf_key}")
@@ -204,7 +212,7 @@ def write_gguf(folder: Path, template: Path, out: Path, dtype: Literal["f16", "f
     reader = template_reader(template)
     arch = check_config(folder, config, reader, template)
     n_layers = int(_field(reader, f"{arch}.block_count"))
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, n_layers)
+    names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, GGUF_ARCHES[arch]), n_layers)
     want = {t.name: tuple(int(x) for x in reversed(t.shape.tolist())) for t in reader.tensors}  # numpy order
     tensors = read_hf_tensors(folder)
     mapped: dict[str, Any] = {}
@@ -218,7 +226,12 @@ def write_gguf(folder: Path, template: Path, out: Path, dtype: Literal["f16", "f
         mapped[gguf_name] = arr
     emb = mapped.get("token_embd.weight")
     head = mapped.pop("output.weight", None)
-    if head is not None and "output.weight" not in want and emb is not None and not np.array_equal(head, emb):
+    if "output.weight" in want:  # the template stores a head (Qwen2.5's GGUFs do, tied in HF or not)
+        if head is None and emb is not None and config.get("tie_word_embeddings", True):
+            head = emb  # tied: the folder's head is its embeddings
+        if head is not None:
+            mapped["output.weight"] = head
+    elif head is not None and emb is not None and not np.array_equal(head, emb):
         unknown.append("lm_head.weight (not tied to the embeddings, as the template's are)")
     missing = sorted(set(want) - set(mapped))
     bad_shape = [f"{n} {mapped[n].shape} (template {want[n]})" for n in sorted(set(want) & set(mapped))
@@ -243,7 +256,7 @@ def write_gguf(folder: Path, template: Path, out: Path, dtype: Literal["f16", "f
     writer.add_file_type(int(file_type))
     for t in reader.tensors:  # the template's order
         arr = mapped[t.name]
-        if t.name.endswith("norm.weight"):
+        if arch in ONE_PLUS_NORM and t.name.endswith("norm.weight"):
             arr = arr + 1.0  # Gemma's RMSNorm scales by (1 + w); llama.cpp stores 1 + w
         if dtype == "f16" and arr.ndim > 1:
             arr = arr.astype(np.float16)

@@ -43,7 +43,7 @@ from typing import Any, Literal
 from .. import pipeline
 from ..arena.canaries import judge_risk_error
 from ..config import ModelSpec
-from ..engines.bundled import cache_dir
+from ..engines.bundled import cache_dir, resolve_model_path
 from ..engines.gguf_export import export_current, export_gguf
 from ..engines.identity import content_identity
 from ..engines.transformers_engine import release_models, resolve_hf_folder
@@ -379,18 +379,31 @@ class Flywheel:
             return spec
         if spec.model not in self._served:
             out, folder = self._gguf_at[spec.model], resolve_hf_folder(spec.model)
+            template = self.template_gguf()
             # A finished export (its marker names this folder's content) is reused, on resume too; say which, so
             # a resumed run's log never reads as if the file were written again.
-            if export_current(folder, out, quantize=t.serve_quantize):
+            if export_current(folder, out, template_gguf=template, quantize=t.serve_quantize):
                 self.say(f"[flywheel] {spec.name}: serving through llama.cpp from its GGUF export at {out} "
                          f"(made before; reused)")
             else:
                 self.say(f"[flywheel] {spec.name}: serving through llama.cpp; exporting {spec.model} to GGUF "
                          f"({t.serve_quantize}) at {out}")
-            path = export_gguf(folder, out, quantize=t.serve_quantize, threads=spec.n_threads)
+            path = export_gguf(folder, out, template_gguf=template, quantize=t.serve_quantize,
+                               threads=spec.n_threads)
             self._served[spec.model] = served_spec(spec, path)
         return self._served[spec.model].model_copy(update={"name": spec.name, "params": spec.params,
                                                             "prompt_format": spec.prompt_format})
+
+    def template_gguf(self) -> Path | None:
+        """Return the GGUF the target starts from (a registry name or a .gguf path), whose metadata and tokenizer
+        every export of its lineage copies; None (the bundled model) for a target given as a folder."""
+        model = self.cfg.target.model
+        if Path(model).expanduser().is_dir():  # a Hugging Face folder: no GGUF of its own
+            return None
+        try:
+            return resolve_model_path(model)
+        except ArenaError:
+            return None
 
     def serve_from(self, spec: ModelSpec, gguf: Path | None) -> None:
         """Mark ``spec`` as the target's (its answers go through ``served``), its GGUF export at ``gguf``
