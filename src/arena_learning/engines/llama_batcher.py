@@ -193,9 +193,9 @@ class Batcher:
         self.n_vocab = int(llm.n_vocab())
         self.bos = int(llm.token_bos())
         self.slots = [_Slot(i) for i in range(size)]
-        # Candidates for a grammar to mask: every token id with its logit (llama_token_data: id, logit, p).
+        # Candidates for a grammar to mask: every token id with its logit (llama_token_data: id, logit, p), filled
+        # afresh by each _mask.
         self._candidates = np.zeros(self.n_vocab, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
-        self._candidates["id"] = np.arange(self.n_vocab, dtype=np.int32)
         self._one = np.zeros(1, dtype=self._candidates.dtype)
         self.queue: deque[Job] = deque()
         self.lock = threading.Lock()
