@@ -17,6 +17,7 @@ It prints tokens/s of each, the engine's ratio to bare and its fraction of each 
 number of answers that differ from bare's. Those end-to-end rates count prompt evaluation too (the
 quickstart's answers are a few tokens after a prompt of 20-200), so the decode rate is measured apart:
 
+- memory: the batched context's state (KV cells of every sequence, outputs) beside the weights, per model file;
 - decode: the first contestant's prompts again with no stop string and ``--decode-tokens`` to write,
   so every sequence decodes that many tokens; bare's rate is llama.cpp's own decode timer
   (``llama_perf_context``: milliseconds in single-token decode calls, no Python around them), the
@@ -98,6 +99,18 @@ def model_flops_per_token(llm, context: float) -> float:
     matmul = params - n_vocab * n_embd + n_vocab * n_embd * (1 if tied else 0)
     attention = 2 * 2 * n_layer * n_head * head_dim * context  # QK^T and the weighted sum of V
     return 2.0 * matmul + attention
+
+
+def kv_bytes(llm: Any, cells: int) -> int:
+    """Return the bytes of ``cells`` KV cells of ``llm`` in f16 (llama.cpp's default cache type): every layer keeps
+    a key and a value vector per KV head (gemma 3's sliding-window layers too: the batcher's cache is full size)."""
+    md = llm.metadata
+    arch = md["general.architecture"]
+    heads = int(md[f"{arch}.attention.head_count"])
+    heads_kv = int(md.get(f"{arch}.attention.head_count_kv", heads))
+    key = int(md.get(f"{arch}.attention.key_length", int(md[f"{arch}.embedding_length"]) // heads))
+    value = int(md.get(f"{arch}.attention.value_length", key))
+    return cells * int(md[f"{arch}.block_count"]) * heads_kv * (key + value) * 2
 
 
 def _has_tensor(path: str, name: str) -> bool:
@@ -255,6 +268,12 @@ def main() -> int:
                   f"step, {c['decode_ms'] / max(c['decode_steps'], 1):.0f} ms a step); "
                   f"x{decode_rates[b] / bare_decode:4.2f} bare's decode; {made / took:.1f} tok/s wall-clock with "
                   "prefill")
+        from arena_learning.engines.llamacpp import load_batcher
+
+        held = load_batcher(dspec.model_copy(update={"parallel": size}))
+        print(f"  the batched context of {size} sequences x {held.n_ctx_seq} cells: "
+              f"{kv_bytes(bare, size * held.n_ctx_seq) / 2**20:.0f} MiB of KV cells (f16, allocated whole), beside "
+              f"the weights' {os.path.getsize(path) / 2**20:.0f} MiB (mapped from the file)")
         context = prompt_tokens[spec.name] / len(prompts) + spec.params.max_tokens / 2
         flops = model_flops_per_token(bare, context)
         weight_bytes = os.path.getsize(path)

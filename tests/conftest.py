@@ -16,6 +16,11 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 ARENA = [sys.executable, "-m", "arena_learning"]
 
+# What the tests' runs measure and record (arena plan's rates: engines.speed) stays out of the machine's own rates
+# file: one per test process, subprocesses included (they inherit the environment).
+_TMP = Path(os.environ.get("TMPDIR", "/tmp"))
+os.environ.setdefault("ARENA_RATES", str(_TMP / f"arena-test-rates-{os.getpid()}.json"))
+
 
 def shared(*parts: str) -> Path:
     """Return a path in ../shared/data, or skip the test with a message when it is absent."""

@@ -126,7 +126,7 @@ def test_arena_plan_cli_json_and_table(tmp_path, judge_server):
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     with Store(tmp_path / "ws", readonly=True) as ro:
-        assert got == json.loads(json.dumps(plan_run(cfg, ro).as_json()))
+        assert got == json.loads(json.dumps(plan_run(cfg, ro, timed=True).as_json()))
     assert got["totals"]["calls"] == 20 and got["kind"] == "run" and "characters / 4" in got["tokens"]
     table = subprocess.run([*ARENA, "plan", str(path), "-w", str(tmp_path / "ws")], capture_output=True, text=True,
                            cwd=REPO)
@@ -225,8 +225,11 @@ def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
     assert firsts == ["ref-2shot", "student-base", "student-r0-sft", "student-r0-sft-random"]
     assert "sft on <= 6 examples" in by[("r0.0-sft (D0)", "train", "student-r0-sft")].note
     assert "rm on <= 5 pairs" in by[("r1.1-rl (D1)", "train", "student-r1-rl (reward model)")].note
-    # The run itself: a plan before it (no workspace yet) counts per model the calls the ledger then holds.
-    cfg = validate_config(FLYWHEEL, FlywheelConfig, "test")
+    # The run itself: a plan before it (no workspace yet) counts per model the calls the ledger then holds. The
+    # target answers as the quickstart's does: through llama.cpp from its GGUF export, whose calls the plan of a
+    # finished run must find in the ledger under the export's identity.
+    cfg = validate_config({**FLYWHEEL, "training": {**FLYWHEEL["training"], "serve_as": "llamacpp"}},
+                          FlywheelConfig, "test")
     before = plan_flywheel(cfg, None)
     planned: dict[str, int] = {}
     for x in before.lines:
@@ -240,7 +243,13 @@ def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
         run_flywheel(cfg, store, show_progress=False)
         made = dict(store.db.execute("SELECT requested_by, COUNT(*) FROM calls GROUP BY requested_by").fetchall())
         assert made == planned
-        after = plan_flywheel(cfg, store)
-    # A rerun: the stage is done and every call is in the ledger.
+        after = plan_flywheel(cfg, store, timed=True)
+    # A rerun: the stage is done and every call is in the ledger: nothing to send, nothing to wait for.
     assert all(x.to_send == 0 for x in after.lines)
     assert next(x.note for x in after.lines if x.step == "train").startswith("done in an earlier run")
+    assert all(x.seconds == 0.0 for x in after.lines) and after.minutes()["total"] == 0.0
+    # The run recorded its training and its harvest here (this test process's rates file): a new workspace's plan
+    # times the stage's training from them.
+    again = plan_flywheel(cfg, None, timed=True)
+    (train,) = [x for x in again.lines if x.step == "train"]
+    assert train.seconds is not None and train.seconds > 0 and " steps of " in train.timing

@@ -21,7 +21,7 @@ of each model, for the calls to send.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,7 @@ from .arena.schedule import schedule_pairs
 from .arena.vote import cost_note
 from .config import JudgeConfig, ModelSpec, RunConfig
 from .engines import build_engine
-from .engines.base import Completion, Engine, Request, render_completion_prompt
+from .engines.base import CallFailed, Completion, Engine, Request, render_completion_prompt
 from .engines.calls import is_empty, request_key
 from .errors import ArenaError
 from .records import Answer, Prompt
@@ -40,6 +40,7 @@ from .store import Store
 
 if TYPE_CHECKING:
     from .arena.llm_judges import JudgeSpec
+    from .engines.speed import Timing
 
 CHARS_PER_TOKEN = 4
 TOKEN_METHOD = ("estimated: characters / 4 of the text each call sends (answers not made yet counted at "
@@ -59,13 +60,16 @@ class PlanLine:
     tokens_out: int = 0  # at most, of the calls to send
     cost: float = 0.0  # of the calls to send
     note: str = ""
+    seconds: float | None = None  # predicted for the calls to send (None: not timed; ``timing`` says why)
+    timing: str = ""  # how ``seconds`` was predicted, or why not
 
     @property
     def to_send(self) -> int:
         return self.calls - (self.cached or 0)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "to_send": self.to_send, "cost": round(self.cost, 6)}
+        return {**asdict(self), "to_send": self.to_send, "cost": round(self.cost, 6),
+                "seconds": None if self.seconds is None else round(self.seconds, 1)}
 
 
 @dataclass
@@ -80,7 +84,21 @@ class Plan:
         calls = [x for x in self.lines if x.step != "train"]
         return {"calls": sum(x.calls for x in calls), "cached": sum(x.cached or 0 for x in calls),
                 "to_send": sum(x.to_send for x in calls), "tokens_in": sum(x.tokens_in for x in calls),
-                "tokens_out": sum(x.tokens_out for x in calls), "cost": round(sum(x.cost for x in calls), 6)}
+                "tokens_out": sum(x.tokens_out for x in calls), "cost": round(sum(x.cost for x in calls), 6),
+                "minutes": self.minutes()}
+
+    def minutes(self) -> dict[str, Any]:
+        """Return the predicted minutes per step (answer, judge, canaries, train) and in all, and the lines that are
+        not timed (their calls to send make every total a lower bound)."""
+        steps: dict[str, float] = {}
+        untimed = 0
+        for x in self.lines:
+            if x.seconds is None:
+                untimed += x.to_send if x.step != "train" else 1
+                continue
+            steps[x.step] = steps.get(x.step, 0.0) + x.seconds / 60
+        return {**{k: round(v, 2) for k, v in steps.items()}, "total": round(sum(steps.values()), 2),
+                "untimed": untimed}
 
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "tokens": TOKEN_METHOD, "lines": [x.as_dict() for x in self.lines],
@@ -102,9 +120,11 @@ def cost(spec: ModelSpec | None, tokens_in: int, tokens_out: int) -> float:
 class LedgerView:
     """The ledger as a plan sees it: read-only, plus the keys the plan already counted (made earlier in the run)."""
 
-    def __init__(self, store: Store | None):
+    def __init__(self, store: Store | None, timing: Timing | None = None):
         self.store = store
         self.planned: set[str] = set()
+        self.timing = timing  # the minutes of each line (None: not predicted)
+        self.last_todo: list[int] = []  # the requests of the last ``count`` to send (first of each key)
 
     def count(self, engine: Engine, requests: Sequence[Request]) -> tuple[int, int, list[Completion | None]]:
         """Return (cached, to send, the cached completion or None per request) as ``arun_requests`` counts a batch.
@@ -117,7 +137,8 @@ class LedgerView:
         todo: set[str] = set()
         cached = 0
         out: list[Completion | None] = []
-        for key, req in zip(keys, requests):
+        self.last_todo = []
+        for i, (key, req) in enumerate(zip(keys, requests)):
             if key in got:
                 cached += 1
                 out.append(got[key])
@@ -136,6 +157,7 @@ class LedgerView:
                 comp = None
             else:
                 todo.add(key)
+                self.last_todo.append(i)
                 comp = None
             out.append(comp)
         self.planned |= todo
@@ -190,10 +212,13 @@ class Known:
 
 
 def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView, stage: str, known: Known,
-                 store: Store | None = None, set_name: str = pipeline.TEST_SET, *, fresh: bool = False) -> PlanLine:
+                 store: Store | None = None, set_name: str = pipeline.TEST_SET, *, fresh: bool = False,
+                 timed_as: ModelSpec | None = None) -> PlanLine:
     """Return the plan of ``spec`` answering ``prompts`` turn by turn; the answers the ledger holds go to ``known``.
 
-    ``fresh``: a model the run trains first (nothing of it can be in the ledger).
+    ``fresh``: a model the run trains first (nothing of it can be in the ledger). ``timed_as``: the spec whose
+    engine times (and tokenises) its calls, for a fresh model that will answer as it does (a flywheel's student
+    served from its GGUF export: the exported base model's shape and tokenizer).
     """
     line = PlanLine(stage=stage, step="answer", model=spec.name)
     if not spec.engine_kind.makes_calls:
@@ -204,8 +229,16 @@ def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView,
             else:
                 known.absent.add((p.id, spec.name))
         line.note = f"imported: {sum(p.id in have for p in prompts)} of {len(prompts)} answers in the workspace"
+        line.seconds = 0.0
         return line
-    engine, why = (None, "trained in this run") if fresh else _engine(spec)
+    if fresh:
+        engine, why = (None, "trained in this run")
+        timer = _engine(timed_as)[0] if timed_as is not None and ledger.timing is not None else None
+    else:
+        engine, why = _engine(spec)
+        timer = engine if ledger.timing is not None else None
+    timer_spec = timed_as if fresh and timed_as is not None else spec
+    jobs: list[tuple[list[int] | None, int, int]] = []  # the calls to send, as the timing reads them
     filler = "x" * (spec.params.max_tokens * CHARS_PER_TOKEN)
     replies: dict[str, list[str] | None] = {p.id: [] for p in prompts}
     turn = 0
@@ -215,6 +248,10 @@ def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView,
         per_prompt = [turn_requests(spec, p, replies[p.id], turn) for p in held]  # type: ignore[arg-type]  # held: replies not None
         requests = [r for rs in per_prompt for r in rs]
         cached, sent, comps = ledger.count(engine, requests) if held else (0, 0, [])  # type: ignore[arg-type]  # held: engine
+        if timer is not None:
+            jobs += _jobs(timer, [requests[i] for i in ledger.last_todo] if held else [])
+            if fresh and turn == 0:  # a fresh model's first turns are known texts, only not in the ledger
+                jobs += _jobs(timer, [r for p in batch for r in turn_requests(spec, p, [], 0)])
         line.calls += cached + sent + (len(batch) - len(held)) * samples
         line.cached = (line.cached or 0) + cached
         got: dict[str, list[Completion | None]] = {}
@@ -229,15 +266,51 @@ def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView,
                 continue
             chars = _chars(spec, conversation(p, replies[p.id] or [filler] * turn, turn, spec.system_prompt))
             line.tokens_in += estimate_tokens(chars) * sum(c is None for c in sampled)
+            if timer is not None and p not in held and not (fresh and turn == 0):
+                jobs += [(None, estimate_tokens(chars), spec.params.max_tokens)] * samples
             replies[p.id] = None
         turn += 1
     line.tokens_out = line.to_send * spec.params.max_tokens
     line.cost = cost(spec, line.tokens_in, line.tokens_out)
     line.note = "; ".join(x for x in (why, cost_note(spec.vote) if spec.vote is not None else "") if x)
+    _time(line, ledger, timer, timer_spec, spec, jobs)
     for p in prompts:
         if replies[p.id] is not None:
             known.turns[(p.id, spec.name)] = replies[p.id]  # type: ignore[assignment]  # not None: answered
     return line
+
+
+def _jobs(engine: Engine, requests: Sequence[Request]) -> list[tuple[list[int] | None, int, int]]:
+    """Return the timing's view of ``requests`` on ``engine``: prompt tokens (a batched llama.cpp engine tokenises
+    them as it would send them) and max_tokens; other engines' calls are not timed (an empty list)."""
+    from .engines.llamacpp import LlamaCppEngine
+
+    if not isinstance(engine, LlamaCppEngine):
+        return []
+    out: list[tuple[list[int] | None, int, int]] = []
+    for r in requests:
+        try:
+            job = engine._job(r)
+        except (CallFailed, ValueError):  # a call that cannot be made (too long) fails in the run, not the plan
+            continue
+        out.append((job.tokens, len(job.tokens), job.max_tokens))
+    return out
+
+
+def _time(line: PlanLine, ledger: LedgerView, engine: Engine | None, spec: ModelSpec | None, named: ModelSpec,
+          jobs: Sequence[tuple[list[int] | None, int, int]]) -> None:
+    """Set ``line``'s predicted seconds from ``jobs`` on ``engine`` (``named``: whose output history counts)."""
+    if ledger.timing is None:
+        return
+    if line.to_send == 0:
+        line.seconds = 0.0
+        return
+    if engine is None or spec is None:
+        line.timing = ("not timed: its engine cannot be built here" if not line.note.startswith(("trained", "its GGUF"))
+                       else "not timed: no model of its shape to time it with yet (arena plan --measure makes and "
+                            "measures the target's GGUF export)")
+        return
+    line.seconds, line.timing = ledger.timing.seconds(engine, named, jobs)
 
 
 def _judge_spec(jcfg: JudgeConfig) -> JudgeSpec:
@@ -257,7 +330,7 @@ def _judge_lines(jcfg: JudgeConfig, prompts: Sequence[Prompt], pairs: Sequence[t
     games = [(p, a, b) for p in prompts for a, b in pairs if known.answered(p, a) and known.answered(p, b)]
     if jcfg.kind == "verifier":
         return [PlanLine(stage=stage, step="judge", model=jcfg.name, note=f"verifier: {len(games)} games checked "
-                         f"against the references, no model calls")]
+                         f"against the references, no model calls", seconds=0.0)]
     if jcfg.kind == "panel":
         return [x for m in jcfg.members for x in _judge_lines(m, prompts, pairs, known, specs, ledger, stage)]
     from .arena.llm_judges import LLMJudge
@@ -275,6 +348,8 @@ def _judge_lines(jcfg: JudgeConfig, prompts: Sequence[Prompt], pairs: Sequence[t
         for p, a, b in games:
             shown += [(p, (a, b)), (p, (b, a))] if jcfg.both_orders else [(p, (a, b))]
     requests: list[Request] = []  # calls whose text is known: the ledger may hold them
+    unknown: list[tuple[list[int] | None, int, int]] = []  # calls whose text waits on an answer: estimated
+    max_out = _max_out(jcfg, spec)
     line = PlanLine(stage=stage, step="judge", model=jcfg.name, note=why)
     lines = [line]
     if spec.reference == "judge":  # the judge's own answers first: a line of their own, and the grades' texts
@@ -300,16 +375,21 @@ def _judge_lines(jcfg: JudgeConfig, prompts: Sequence[Prompt], pairs: Sequence[t
             elif ledger.first_time(f"{jcfg.name}|{p.id}|{'|'.join(models)}|{k}"):
                 line.calls += 1
                 line.tokens_in += estimate_tokens(chars)
+                unknown.append((None, estimate_tokens(chars), max_out))
             else:  # the same game on the same (not yet made) answers, judged earlier in this run
                 line.calls += 1
                 line.cached = (line.cached or 0) + 1
+    jobs: list[tuple[list[int] | None, int, int]] = []
     if requests:
         cached, sent, comps = ledger.count(judge.engine, requests)  # type: ignore[union-attr]  # requests: judge known
         line.calls += cached + sent
         line.cached = (line.cached or 0) + cached
         line.tokens_in += sum(estimate_tokens(c) for c, comp in zip(chars_known, comps) if comp is None)
-    line.tokens_out = line.to_send * _max_out(jcfg, spec)
+        if ledger.timing is not None:
+            jobs = _jobs(judge.engine, [requests[i] for i in ledger.last_todo])  # type: ignore[union-attr]  # requests: judge known
+    line.tokens_out = line.to_send * max_out
     line.cost = cost(jcfg.model, line.tokens_in, line.tokens_out)
+    _time(line, ledger, judge.engine if judge is not None else None, jcfg.model, jcfg.model, [*jobs, *unknown])
     if jcfg.retries:
         extra = f"up to {jcfg.retries} re-asks per verdict that does not parse come on top"
         line.note = f"{line.note}; {extra}" if line.note else extra
@@ -331,6 +411,7 @@ def _own_reference_line(jcfg: JudgeConfig, spec: Any, judge: Any, prompts: Seque
         reqs = [Request.model_construct(messages=m, prompt=None, params=judge.ref_rater.params_for(0)) for m in msgs]
         cached, _sent, comps = ledger.count(judge.engine, reqs)
         line.cached = cached
+        todo = [reqs[i] for i in ledger.last_todo]
         for p, comp in zip(unique, comps):
             if comp is not None and comp.text.strip():
                 judge.own_refs[(p.id, 0)] = comp.text.strip()
@@ -339,6 +420,12 @@ def _own_reference_line(jcfg: JudgeConfig, spec: Any, judge: Any, prompts: Seque
     max_out = int({**jcfg.model.params.model_dump(), **spec.reference_sampling}["max_tokens"])
     line.tokens_out = line.to_send * max_out
     line.cost = cost(jcfg.model, line.tokens_in, line.tokens_out)
+    if judge is not None and unique and ledger.timing is not None:
+        later_jobs = [(None, estimate_tokens(len(t) + len(spec.reference_system or "")), max_out)
+                      for p in unique for t in p.turns[1:]]
+        _time(line, ledger, judge.engine, jcfg.model, jcfg.model, [*_jobs(judge.engine, todo), *later_jobs])
+    else:
+        _time(line, ledger, None, None, jcfg.model, [])
     return line
 
 
@@ -398,19 +485,61 @@ def _canary_lines(cfg: RunConfig, prompts: Sequence[Prompt], games: int, judge_l
                      tokens_in=round(sum(x.tokens_in for x in judge_lines) * ratio),
                      tokens_out=round(sum(x.tokens_out for x in judge_lines) * ratio),
                      cost=sum(x.cost for x in judge_lines) * ratio,
+                     seconds=(None if any(x.seconds is None for x in judge_lines)
+                              else sum(x.seconds or 0.0 for x in judge_lines) * ratio),
                      note=f"at most: {4 * per_kind} canary games (null model, identical pairs, truncated copies), "
                           f"{cfg.audit.share:.0%} of the {games} games; judged as the run's are, rated nowhere")]
 
 
+def measure_models(specs: Sequence[ModelSpec], prompts: Sequence[Prompt], *, force: bool = False,
+                   say: Callable[[str], None] = print, n: int = 48) -> int:
+    """Measure each batched llama.cpp model of ``specs`` whose rates (or output length under its prompt settings)
+    this machine's rates file lacks (``force``: every one) on the first ``n`` of ``prompts``; return how many."""
+    from .engines.llamacpp import LlamaCppEngine
+    from .engines.speed import find, load_table, measure, output_key, save_rates
+
+    done: set[str] = set()
+    measured = 0
+    for spec in specs:
+        if spec.engine != "llamacpp" or spec.parallel < 2:
+            continue
+        engine, why = _engine(spec)
+        if not isinstance(engine, LlamaCppEngine):
+            say(f"[plan] {spec.name}: not measured ({why})")
+            continue
+        key = output_key(engine, spec)
+        table = load_table()
+        if key in done or (not force and find(table, engine) is not None and key in table["outputs"]):
+            continue
+        say(f"[plan] measuring {spec.name} ({engine.model_id}, parallel {spec.parallel}) on {min(n, len(prompts))} "
+            "prompts")
+        rates, out = measure(spec, [r for p in prompts[:n] for r in turn_requests(spec, p, [], 0)])
+        save_rates(rates, {key: (round(out, 3), rates.prompts)})
+        say(f"[plan]   prompt chunk {rates.chunk_s * 1000:.1f} ms + {rates.token_s * 1000:.2f} ms a token; decode "
+            f"step of {rates.parallel} rows {rates.step_s * 1000:.1f} ms; {out:.1f} tokens written a call")
+        done.add(key)
+        measured += 1
+    return measured
+
+
 def plan_run(cfg: RunConfig, store: Store | None, *, prompts: Sequence[Prompt] | None = None,
              set_name: str = pipeline.TEST_SET, stage: str = "test set",
-             ledger: LedgerView | None = None) -> Plan:
-    """Return the plan of ``arena run`` for ``cfg``: answer calls per contestant, judge calls, tokens, cost.
+             ledger: LedgerView | None = None, timed: bool = False, measure: bool = False,
+             say: Callable[[str], None] = print) -> Plan:
+    """Return the plan of ``arena run`` for ``cfg``: answer calls per contestant, judge calls, tokens, cost, and
+    (``timed``) minutes from this machine's measured rates (``measure``: measure its models first).
 
     ``store`` is the run's workspace if it exists (its ledger makes calls ``cached``), else None.
     """
-    ledger = ledger or LedgerView(store)
     prompts = list(prompts) if prompts is not None else pipeline.make_test_set(cfg, store)
+    if measure:
+        judge_models = [m.model for m in (cfg.judge.members if cfg.judge.kind == "panel" else [cfg.judge])
+                        if m.model is not None]
+        measure_models([*cfg.models, *judge_models], prompts, force=True, say=say)
+    if ledger is None:
+        from .engines.speed import Timing
+
+        ledger = LedgerView(store, Timing(store) if timed or measure else None)
     plan = Plan(kind="run")
     known = Known()
     for spec in cfg.models:
@@ -418,4 +547,19 @@ def plan_run(cfg: RunConfig, store: Store | None, *, prompts: Sequence[Prompt] |
     plan.lines.extend(plan_battles(cfg, prompts, known, ledger, stage))
     turns = sum(len(p.turns) for p in prompts)
     plan.notes.append(f"{stage}: {len(prompts)} prompts, {turns} user turns; schedule {cfg.battles.schedule}")
+    timing_notes(plan, ledger)
     return plan
+
+
+def timing_notes(plan: Plan, ledger: LedgerView) -> None:
+    """Add what the minutes rest on to ``plan``'s notes."""
+    if ledger.timing is None:
+        return
+    from .engines.speed import machine_id
+
+    plan.notes.append(f"minutes: predicted from rates measured on this machine ({machine_id()}; arena plan "
+                      "--measure), prompt tokens as each model tokenises them, output lengths from the ledger or "
+                      "the measurement; a quiet machine's (other work on the cores slows every figure)")
+    if ledger.timing.missing:
+        plan.notes.append("not timed (no rates measured here): " + ", ".join(sorted(ledger.timing.missing))
+                          + ": arena plan --measure measures them")

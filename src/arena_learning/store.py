@@ -389,6 +389,15 @@ class Store:
                 found[key] = CallRecord(key, status, response or None, error, attempts)
         return found
 
+    def output_history(self, model: str, requested_by: str) -> tuple[int, float | None]:
+        """Return how many successful calls ``requested_by`` made to ``model`` (a ledger model id) and the mean
+        tokens they wrote (``arena plan``'s expected output length)."""
+        n, mean = self.db.execute(
+            "SELECT COUNT(*), AVG(tokens_out) FROM calls WHERE model = ? AND requested_by = ? AND status = 'ok'",
+            (model, requested_by),
+        ).fetchone()
+        return int(n), (float(mean) if mean is not None else None)
+
     def record_calls(self, rows: Iterable[dict[str, Any]]) -> None:
         """Write finished calls to the ledger in one transaction.
 

@@ -26,10 +26,12 @@ PLAN_HELP = (
     "Print what CONFIG (an arena run, or a flywheel config: detected by its rounds and pool, or --flywheel) will "
     "call before running it: answer calls (prompts x models x turns), judge calls by schedule (both orders, per "
     "turn), how many of them the workspace's ledger already holds ('cached': a rerun costs nothing), tokens "
-    "estimated from the prompts (characters / 4; outputs at max_tokens) and cost from each model's price_in / "
-    "price_out; for a flywheel, per round and stage, with the training each stage does. Reads the workspace if "
-    "it exists; writes nothing. --json prints {kind, tokens, lines: [{stage, step, model, calls, cached, to_send, "
-    "tokens_in, tokens_out, cost, note}], totals, notes}."
+    "estimated from the prompts (characters / 4; outputs at max_tokens), cost from each model's price_in / "
+    "price_out, and minutes: each batched llama.cpp model's calls timed from rates measured on this machine "
+    "(--measure measures the config's models first, about 10-30 s each; they are kept in the cache's rates.json); "
+    "for a flywheel, per round and stage, with the training each stage does. Reads the workspace if "
+    "it exists; writes nothing there. --json prints {kind, tokens, lines: [{stage, step, model, calls, cached, "
+    "to_send, tokens_in, tokens_out, cost, seconds, timing, note}], totals (minutes per step), notes}."
 )
 
 
@@ -54,6 +56,8 @@ def plan_command(
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a config field (repeatable)")] = None,
     flywheel: Annotated[bool, typer.Option("--flywheel", help="read CONFIG as a flywheel config")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
+    measure: Annotated[bool, typer.Option("--measure", help="measure the config's llama.cpp models on this "
+                                          "machine first (rates for the minutes)")] = False,
 ) -> None:
     from .. import pipeline
     from ..plan import plan_run
@@ -67,16 +71,20 @@ def plan_command(
         fcfg = load_config_file(config, FlywheelConfig, set_)
         ws = workspace or (Path(fcfg.workspace) if fcfg.workspace else Path("workspaces") / fcfg.name)
         with _open(ws) as store:
-            plan = plan_flywheel(fcfg, store)
+            plan = plan_flywheel(fcfg, store, timed=True, measure=measure, say=_say)
     else:
         cfg = load_config_file(config, RunConfig, set_)
         ws = pipeline.workspace_for(cfg, workspace)
         with _open(ws) as store:
-            plan = plan_run(cfg, store)
+            plan = plan_run(cfg, store, timed=True, measure=measure, say=_say)
     if json_out:
         typer.echo(json.dumps(plan.as_json()))
         return
     print_plan(plan, ws)
+
+
+def _say(text: str) -> None:
+    typer.echo(text, err=True)  # stdout carries the plan (--json) alone
 
 
 class _open:  # lower case: a context manager read like a function
@@ -97,29 +105,39 @@ def _n(x: int | None) -> str:
     return "?" if x is None else f"{x:,}"
 
 
+def _min(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds / 60:.1f}"
+
+
 def print_plan(plan: Plan, ws: Path) -> None:
     """Print the plan's lines and totals (stdout) and what it assumes."""
     t = Table(title=f"plan ({plan.kind}; workspace {ws})", title_justify="left", box=box.SIMPLE_HEAD,
               padding=(0, 1), pad_edge=False)
-    for col in ("stage", "step", "model", "calls", "cached", "to send", "tokens in", "tokens out <=", "cost"):
+    for col in ("stage", "step", "model", "calls", "cached", "to send", "tokens in", "tokens out <=", "cost", "min"):
         if col in ("stage", "step", "model"):  # long flywheel stage and model names fold, never cut off
             t.add_column(col, justify="left", overflow="fold")
         else:
             t.add_column(col, justify="right", no_wrap=True)
     for x in plan.lines:
         if x.step == "train":
-            t.add_row(x.stage, x.step, x.model, "", "", "", "", "", "", style="dim")
+            t.add_row(x.stage, x.step, x.model, "", "", "", "", "", "", _min(x.seconds), style="dim")
             continue
         t.add_row(x.stage, x.step, x.model, _n(x.calls), _n(x.cached), _n(x.to_send), f"{x.tokens_in:,}",
-                  f"{x.tokens_out:,}", f"${x.cost:.4f}" if x.cost else "-")
+                  f"{x.tokens_out:,}", f"${x.cost:.4f}" if x.cost else "-", _min(x.seconds))
     tot = plan.totals()
+    mins = tot["minutes"]
     t.add_row("total", "", "", f"{tot['calls']:,}", f"{tot['cached']:,}", f"{tot['to_send']:,}",
               f"{tot['tokens_in']:,}", f"{tot['tokens_out']:,}", f"${tot['cost']:.4f}" if tot["cost"] else "-",
-              style="bold")
+              f"{mins['total']:.1f}" + ("+" if mins["untimed"] else ""), style="bold")
     wide.print(t)
     from ..plan import TOKEN_METHOD
 
-    notes = [f"tokens: {TOKEN_METHOD}", *plan.notes,
-             *(f"{x.stage} {x.step} {x.model}: {x.note}" for x in plan.lines if x.note)]
+    steps = ", ".join(f"{k} {v:.1f}" for k, v in mins.items() if k not in ("total", "untimed"))
+    minutes = [f"minutes: {mins['total']:.1f} in all ({steps})" + (
+        f"; plus what is not timed ({mins['untimed']:,} calls or stages: '?' in the table)" if mins["untimed"] else "")]
+    notes = [f"tokens: {TOKEN_METHOD}", *minutes, *plan.notes,
+             *(f"{x.stage} {x.step} {x.model}: {x.note}" for x in plan.lines if x.note),
+             *dict.fromkeys(f"minutes of {x.model}: {x.timing}" for x in plan.lines
+                            if x.timing and (x.to_send or x.step == "train"))]
     for line in notes:
         wide.print(line, highlight=False, soft_wrap=True)

@@ -38,6 +38,7 @@ What counts as a success is decided here, for every engine:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ class CallStats:
     truncated: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    seconds: float = 0.0  # wall time of the calls sent (the ledger's are free)
     errors: list[str] = field(default_factory=list)
 
     def add(self, other: CallStats) -> None:
@@ -80,6 +82,7 @@ class CallStats:
         self.truncated += other.truncated
         self.tokens_in += other.tokens_in
         self.tokens_out += other.tokens_out
+        self.seconds += other.seconds
         self.errors.extend(other.errors[:20])
 
 
@@ -290,9 +293,12 @@ async def arun_requests(
 
     # The engine hears the list first: one that batches (llama.cpp) then batches by its order, not by timing.
     engine.expect([r for r, _ in todo.values()])
+    started = time.perf_counter()
     try:
         await asyncio.gather(*(one(k, r, p) for k, (r, p) in todo.items()))
     finally:
+        if todo:
+            stats.seconds += time.perf_counter() - started
         engine.expect_done()
         await writer.close()
         if not engine.keep_open:

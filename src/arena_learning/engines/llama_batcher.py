@@ -214,6 +214,9 @@ class Batcher:
         self.prefill_steps = 0
         self.prefill_tokens = 0  # prompt tokens evaluated (a shared prefix once)
         self.prefill_s = 0.0
+        # Sums for a least-squares fit of a prompt chunk's seconds to its tokens (a + b n: ``engines.speed``):
+        # chunks, sum n, sum n^2, sum seconds, sum n x seconds.
+        self.prefill_fit = [0.0] * 5
 
     # ---- the caller's side -------------------------------------------------------------------
 
@@ -380,9 +383,12 @@ class Batcher:
         s.pending = s.pending[take:]
         if (base + take) % PROMPT_CHUNK == 0:  # a whole chunk: the cells another prompt may reuse
             s.reusable = base + take
+        seconds = time.perf_counter() - t0
         self.prefill_steps += 1
         self.prefill_tokens += take
-        self.prefill_s += time.perf_counter() - t0
+        self.prefill_s += seconds
+        for k, v in enumerate((1, take, take * take, seconds, take * seconds)):
+            self.prefill_fit[k] += v
         if last:
             self._pick(s, take - 1)
 

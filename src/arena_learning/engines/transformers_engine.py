@@ -169,6 +169,26 @@ def resolve_hf_folder(model: str) -> Path:
     )
 
 
+def converted_hf_folder(model: str) -> Path | None:
+    """Return the folder ``resolve_hf_folder(model)`` would return if it needs no conversion now (a folder, or a
+    GGUF converted before), else None: for a caller that must not convert (``arena plan``)."""
+    registered = lookup(model)
+    if registered is not None and registered.name == "gemma-3-270m":
+        gguf, out = bundled_model_path(), cache_dir() / BUNDLED_HF_NAME
+    else:
+        path = model_path(model) if registered is not None else Path(model).expanduser()
+        if path.is_dir():
+            return path if (path / "config.json").is_file() else None
+        if path.name == BUNDLED_NAME:
+            gguf, out = bundled_model_path(), cache_dir() / BUNDLED_HF_NAME
+        elif path.is_file() and path.suffix == ".gguf":
+            digest = content_identity(path).split(":")[1][:16]
+            gguf, out = path, cache_dir() / "hf-from-gguf" / f"{path.stem}-{digest}"
+        else:
+            return None
+    return out if _converted(out, content_identity(Path(gguf).resolve())) else None
+
+
 # ---- loading ------------------------------------------------------------------------
 
 

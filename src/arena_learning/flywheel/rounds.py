@@ -43,6 +43,7 @@ from typing import Any, Literal
 from .. import pipeline
 from ..arena.canaries import judge_risk_error
 from ..config import ModelSpec
+from ..engines import speed
 from ..engines.bundled import cache_dir, resolve_model_path
 from ..engines.gguf_export import export_current, export_gguf
 from ..engines.identity import content_identity
@@ -212,6 +213,40 @@ SERVED_GGUF = "model.gguf"
 """A trained stage's model exported to GGUF (``training.serve_as: llamacpp``), beside its folder ``model/``."""
 
 
+def template_gguf(cfg: FlywheelConfig) -> Path | None:
+    """Return the GGUF ``cfg``'s target starts from (a registry name or a .gguf path), whose metadata and tokenizer
+    every export of its lineage copies; None (the bundled model) for a target given as a folder."""
+    model = cfg.target.model
+    if Path(model).expanduser().is_dir():  # a Hugging Face folder: no GGUF of its own
+        return None
+    try:
+        return resolve_model_path(model)
+    except ArenaError:
+        return None
+
+
+def base_export_path(cfg: FlywheelConfig, folder: Path) -> Path:
+    """Return where the untrained target (the Hugging Face ``folder``) is exported to GGUF for serving: the cache,
+    by the folder's content, so every workspace shares it."""
+    digest = content_identity(folder).split(":")[1][:16]
+    return cache_dir() / "gguf-export" / f"{folder.name}-{digest}-{cfg.training.serve_quantize}.gguf"
+
+
+def yield_key(cfg: FlywheelConfig, kind: str, selection: str, size: int | None = None) -> str:
+    """Return the key of a harvest's yield (``engines.speed``: the share of slice prompts that become data): what
+    decides it besides the models' answers: the target, the references, the judge, the harvest settings."""
+    blob = json.dumps({"target": cfg.target.model, "kind": kind, "selection": selection, "size": size,
+                       "references": [r.model_dump(mode="json") for r in cfg.references],
+                       "judge": cfg.judge.model_dump(mode="json"), "harvest": cfg.harvest.model_dump(mode="json")},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def export_key(cfg: FlywheelConfig) -> str:
+    """Return the key of a trained model's GGUF export time: the target it is trained from and the tensor type."""
+    return f"{cfg.target.model}|{cfg.training.serve_quantize}"
+
+
 def served_spec(spec: ModelSpec, gguf: str | Path) -> ModelSpec:
     """Return the llamacpp spec that answers for the transformers ``spec`` from its GGUF export ``gguf``.
 
@@ -227,6 +262,12 @@ def served_spec(spec: ModelSpec, gguf: str | Path) -> ModelSpec:
         if template is not None:
             update["chat_template"] = template
     return ModelSpec.model_validate({**spec.model_dump(), **update})
+
+
+def answering_as(served: ModelSpec, spec: ModelSpec) -> ModelSpec:
+    """Return ``served`` (a lineage model's llama.cpp spec) answering as ``spec``: its name, params and prompt format
+    (a sample's seed and shots, a stage's name)."""
+    return served.model_copy(update={"name": spec.name, "params": spec.params, "prompt_format": spec.prompt_format})
 
 
 def folder_chat_template(folder: Path) -> str | None:
@@ -388,22 +429,19 @@ class Flywheel:
             else:
                 self.say(f"[flywheel] {spec.name}: serving through llama.cpp; exporting {spec.model} to GGUF "
                          f"({t.serve_quantize}) at {out}")
+            t0 = time.perf_counter()
+            made = not export_current(folder, out, template_gguf=template, quantize=t.serve_quantize)
             path = export_gguf(folder, out, template_gguf=template, quantize=t.serve_quantize,
                                threads=spec.n_threads)
+            if made:  # how long an export takes here (arena plan's minutes)
+                speed.record_export(export_key(self.cfg), time.perf_counter() - t0)
             self._served[spec.model] = served_spec(spec, path)
-        return self._served[spec.model].model_copy(update={"name": spec.name, "params": spec.params,
-                                                            "prompt_format": spec.prompt_format})
+        return answering_as(self._served[spec.model], spec)
 
     def template_gguf(self) -> Path | None:
         """Return the GGUF the target starts from (a registry name or a .gguf path), whose metadata and tokenizer
         every export of its lineage copies; None (the bundled model) for a target given as a folder."""
-        model = self.cfg.target.model
-        if Path(model).expanduser().is_dir():  # a Hugging Face folder: no GGUF of its own
-            return None
-        try:
-            return resolve_model_path(model)
-        except ArenaError:
-            return None
+        return template_gguf(self.cfg)
 
     def serve_from(self, spec: ModelSpec, gguf: Path | None) -> None:
         """Mark ``spec`` as the target's (its answers go through ``served``), its GGUF export at ``gguf``
@@ -412,8 +450,7 @@ class Flywheel:
             folder = resolve_hf_folder(spec.model) if self.cfg.training.serve_as == "llamacpp" else None
             if folder is None:
                 return
-            digest = content_identity(folder).split(":")[1][:16]
-            gguf = cache_dir() / "gguf-export" / f"{folder.name}-{digest}-{self.cfg.training.serve_quantize}.gguf"
+            gguf = base_export_path(self.cfg, folder)
         self._gguf_at[spec.model] = gguf
 
     # ---- stages ------------------------------------------------------------------------------
@@ -559,6 +596,7 @@ class Flywheel:
             fill = right if h.balance_fill else []
             items = balance_items(items, prompts, seed=h.seed, fill=fill)
         release_models()
+        speed.record_yield(yield_key(self.cfg, stage.kind, rec.selection, size), len(items), len(prompts))
         export_items(items, data_file, kind="sft" if stage.kind == "sft" else "pairs")
         rec.seconds.harvest = round(time.perf_counter() - t1, 2)
         rec.harvested = True
@@ -586,6 +624,7 @@ class Flywheel:
                     home = stage_folder(self.root, rec.round, rec.stage, "rl") if rec.sweep is not None else folder
                     rm = self.train_one("rm", current.model, home / "rm", items=items)
                     rec.rm = rm.summary()
+                    self._record_training("rm", rm, None)
                     reward_model = rm.model_dir
                 res = self.train_one("rl", current.model, folder, prompts=self._slices[stage.slice],
                                      reward_model=reward_model, changes=rec.sweep)
@@ -596,12 +635,21 @@ class Flywheel:
             return current, rec
         rec.seconds.train = round(time.perf_counter() - t2, 1)
         rec.train = res.summary()
+        self._record_training(stage.kind, res, rec.sweep)
         rec.train_loss = res.train_loss
         rec.status = "done"
         self._save_state()
         self.say(f"[flywheel] {rec.key}: {len(items)} examples, {res.steps} steps, loss {res.train_loss}, "
                  f"{res.seconds:.0f} s" + (f" (resumed from {res.resumed_from})" if res.resumed_from else ""))
         return out_spec, rec
+
+    def _record_training(self, kind: str, res: training.TrainResult, changes: dict[str, Any] | None) -> None:
+        """Add a training run that ran whole here to the machine's record (``arena plan``'s minutes)."""
+        summary = res.summary()
+        if summary.resumed_from is None and summary.steps > 0:
+            key = speed.training_key(self.cfg.target.model, kind, self.cfg.training.settings(kind, changes),
+                                     self.cfg.training.launch)
+            speed.record_training(key, summary.steps, summary.seconds, summary.s_per_step)
 
     def train_one(self, kind: Literal["sft", "dpo", "rm", "rl"], base: str, folder: Path, *, items: Sequence[Any] = (),
                   prompts: Sequence[Prompt] = (), reward_model: Path | None = None,
