@@ -119,6 +119,24 @@ def test_the_search_example_is_the_world_example_with_a_dpo_and_an_rl_sweep_afte
             assert search.training.settings(stage.kind, changes) != getattr(search.training, stage.kind), name
 
 
+def test_the_qwen_dpo_rl_example_is_the_qwen_students_first_two_rounds_then_dpo_and_chance_corrected_rl():
+    from arena_learning.config import load_config_file
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    sft = load_config_file(examples / "flywheel-qwen-student.yaml", FlywheelConfig)
+    paper = load_config_file(examples / "flywheel-qwen-dpo-rl.yaml", FlywheelConfig)
+    dpo_rl = load_config_file(examples / "flywheel-dpo-rl.yaml", FlywheelConfig)
+    # A workspace of the Qwen student's three SFT rounds resumes at round 2: the first two rounds are the same stages.
+    assert paper.rounds[:2] == sft.rounds[:2] and [s.kind for r in paper.rounds[2:] for s in r.stages] == ["dpo", "rl"]
+    assert {k: v for k, v in paper.pool.items() if k in sft.pool} == sft.pool
+    for part in ("target", "references", "judge", "tasks", "harvest", "ratings", "name"):
+        assert getattr(paper, part) == getattr(sft, part), part
+    assert paper.training.sft == sft.training.sft and paper.training.serve_as == sft.training.serve_as
+    assert paper.training.dpo == dpo_rl.training.dpo  # the settings measured on the gemma student
+    rl = paper.training.rl
+    assert rl.chance_corrected and rl.model_copy(update={"chance_corrected": False}) == dpo_rl.training.rl
+
+
 def test_the_quickstart_is_five_sft_rounds_in_the_world_with_few_shot_samples_and_right_answers_only():
     from arena_learning.config import load_config_file
     from arena_learning.flywheel.plan import plan_flywheel
