@@ -446,7 +446,7 @@ def plan_battles(cfg: RunConfig, prompts: Sequence[Prompt], known: Known, ledger
     budget = min(round_robin, round_robin // 2 if sched.budget is None else sched.budget)
     mean_turns = sum(len(p.turns) for p in usable) / max(1, len(usable))
     lines = []
-    for jcfg in (cfg.judge.members if cfg.judge.kind == "panel" else [cfg.judge]):
+    for jcfg in judges(cfg.judge):
         if jcfg.kind == "verifier":
             lines.append(PlanLine(stage=stage, step="judge", model=jcfg.name,
                                   note=f"verifier: {budget} battles (adaptive budget), no model calls"))
@@ -491,6 +491,16 @@ def _canary_lines(cfg: RunConfig, prompts: Sequence[Prompt], games: int, judge_l
                           f"{cfg.audit.share:.0%} of the {games} games; judged as the run's are, rated nowhere")]
 
 
+def judges(jcfg: JudgeConfig) -> list[JudgeConfig]:
+    """Return the judges that judge under ``jcfg``: a panel's members, else ``jcfg`` itself."""
+    return list(jcfg.members) if jcfg.kind == "panel" else [jcfg]
+
+
+def judge_models(jcfg: JudgeConfig) -> list[ModelSpec]:
+    """Return the models ``jcfg``'s judges call (none for a verifier)."""
+    return [j.model for j in judges(jcfg) if j.model is not None]
+
+
 def measure_models(specs: Sequence[ModelSpec], prompts: Sequence[Prompt], *, force: bool = False,
                    say: Callable[[str], None] = print, n: int = 48) -> int:
     """Measure each batched llama.cpp model of ``specs`` whose rates (or output length under its prompt settings)
@@ -533,9 +543,7 @@ def plan_run(cfg: RunConfig, store: Store | None, *, prompts: Sequence[Prompt] |
     """
     prompts = list(prompts) if prompts is not None else pipeline.make_test_set(cfg, store)
     if measure:
-        judge_models = [m.model for m in (cfg.judge.members if cfg.judge.kind == "panel" else [cfg.judge])
-                        if m.model is not None]
-        measure_models([*cfg.models, *judge_models], prompts, force=True, say=say)
+        measure_models([*cfg.models, *judge_models(cfg.judge)], prompts, force=True, say=say)
     if ledger is None:
         from .engines.speed import Timing
 

@@ -30,6 +30,7 @@ not timed: their lines say so.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import math
@@ -84,8 +85,10 @@ class Rates:
             abs(self.size_bytes - size) <= SIZE_TOLERANCE * max(size, 1)
 
 
+@functools.cache
 def machine_id() -> str:
-    """Return this machine as rates know it: the CPU's model name and the cores this process may use."""
+    """Return this machine as rates know it: the CPU's model name and the cores this process may use (read once
+    a process: a plan looks it up for every line)."""
     from .llama_check import cpu_info
 
     return f"{cpu_info()['model']} | {available_cores()} cores"

@@ -18,7 +18,17 @@ from typing import Literal
 
 from .. import pipeline
 from ..config import ModelSpec
-from ..plan import Known, LedgerView, Plan, PlanLine, measure_models, plan_answers, plan_battles, timing_notes
+from ..plan import (
+    Known,
+    LedgerView,
+    Plan,
+    PlanLine,
+    judge_models,
+    measure_models,
+    plan_answers,
+    plan_battles,
+    timing_notes,
+)
 from ..records import Prompt
 from ..store import Store
 from .rounds import (
@@ -195,9 +205,7 @@ class _Walk:
         if self.measure:
             base = self.serving(current)[0]
             samples = cfg.harvest.samples.variants(base) if cfg.harvest.samples is not None else []
-            judge = [m.model for m in (cfg.judge.members if cfg.judge.kind == "panel" else [cfg.judge])
-                     if m.model is not None]
-            measure_models([base, *refs, *samples, *judge], test, force=True, say=self.say)
+            measure_models([base, *refs, *samples, *judge_models(cfg.judge)], test, force=True, say=self.say)
             if self.ledger.timing is not None:
                 from ..engines.speed import load_table
 
@@ -250,7 +258,7 @@ class _Walk:
                     variants.append(v)
                 if need_pairs:
                     harvested[data_kind] = harvested.get(data_kind, 0) + len(prompts)
-                    expected_h[data_kind] = None if new_rows is None or before_rows is None else new_rows + before_rows
+                    expected_h[data_kind] = expected
                 current = new
                 rated += [new, *variants]
                 if cfg.evaluate == "stages" or i == len(rnd.stages) - 1:
