@@ -93,7 +93,8 @@ def recipe_config(base: dict[str, Any], name: str, quick: bool,
                     stage.setdefault("sweep", {})[variant] = changes
     harvest = data.setdefault("harvest", {})
     if spec["samples"]:
-        harvest.setdefault("samples", {"k": 2, "temperature": 0.7, "seed": 0})
+        if not harvest.get("samples"):  # the config's own samples if it has them (a dumped config says None)
+            harvest["samples"] = {"k": 2, "temperature": 0.7, "seed": 0}
     else:
         harvest.pop("samples", None)
     if "rl" in spec["stages"]:
