@@ -63,16 +63,11 @@ def measure(path: str, threads: int, groups: list[int], repeat: int, chunk: int)
     each sequence's logits with the same chunk alone's."""
     import llama_cpp as lc
 
+    from arena_learning.engines.llama_batcher import context_params
+
     llm = lc.Llama(model_path=path, n_ctx=512, n_threads=threads, verbose=False)
     size = max(groups)
-    params = lc.llama_context_params.from_buffer_copy(llm.context_params)
-    params.n_ctx = size * 512
-    params.n_seq_max = size
-    params.kv_unified = False
-    params.n_batch = params.n_ubatch = size * chunk
-    params.n_threads_batch = params.n_threads
-    params.no_perf = True
-    ctx = lc.llama_init_from_model(llm._model.model, params)
+    ctx = lc.llama_init_from_model(llm._model.model, context_params(llm, size, 512, size * chunk))
     if not ctx:
         raise SystemExit(f"llama.cpp could not make a context of {size} x 512 cells for {path}")
     mem = lc.llama_get_memory(ctx)

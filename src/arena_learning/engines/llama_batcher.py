@@ -157,6 +157,22 @@ def _lcp(a: list[int], b: list[int]) -> int:
     return i
 
 
+def context_params(llm: Any, size: int, n_ctx_seq: int, n_batch: int) -> Any:
+    """Return ``llm``'s context parameters (rope, attention, threads) for ``size`` sequences of ``n_ctx_seq`` cells,
+    each in a KV stream of its own, at most ``n_batch`` rows a call (the batcher's context; its benchmarks build the
+    same)."""
+    import llama_cpp as lc
+
+    params = lc.llama_context_params.from_buffer_copy(llm.context_params)
+    params.n_ctx = size * n_ctx_seq
+    params.n_seq_max = size
+    params.kv_unified = False
+    params.n_batch = params.n_ubatch = n_batch
+    params.n_threads_batch = params.n_threads  # the configured threads for every step
+    params.no_perf = True
+    return params
+
+
 class Batcher:
     """Decodes up to ``size`` completions of one ``Llama`` together (continuous batching), each a function of
     its own request alone.
@@ -175,14 +191,7 @@ class Batcher:
         self.worker = worker
         # The Llama's own settings (rope, attention), with one KV stream of n_ctx_seq cells per slot: a
         # sequence's cells are its own, at the same places whatever the other slots hold.
-        params = lc.llama_context_params.from_buffer_copy(llm.context_params)
-        params.n_ctx = size * n_ctx_seq
-        params.n_seq_max = size
-        params.kv_unified = False
-        params.n_batch = params.n_ubatch = max(size, PROMPT_CHUNK)
-        params.n_threads_batch = params.n_threads  # the configured threads for every step
-        params.no_perf = True
-        ctx = lc.llama_init_from_model(llm._model.model, params)
+        ctx = lc.llama_init_from_model(llm._model.model, context_params(llm, size, n_ctx_seq, max(size, PROMPT_CHUNK)))
         if not ctx:
             raise EngineError(f"llama.cpp could not make a context of {size} sequences of {n_ctx_seq} cells "
                               "(lower parallel or n_ctx)")
