@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile src/arena_learning/engines/llama_build.py
 
 demo: $(STAMP)
 	$(VENV)/bin/arena run examples/quickstart.yaml
-	@echo "Next, the flywheel (the 0-shot model trained on its lost battles: an initial SFT round and four flywheel rounds, 17-22 min on 2 cores):"
+	@echo "Next, the flywheel (the 0-shot model trained on what two stronger models win, three rounds; how long here: arena plan examples/flywheel.yaml --flywheel --measure):"
 	@echo "  $(VENV)/bin/arena flywheel examples/flywheel.yaml"
 
 # the tests gate lint and types too (CI runs `make test`)

@@ -4,7 +4,7 @@ Run: ``python benchmarks/bench_draws.py [CONFIG] [--draws 0,1,2] [-w ROOT] [--se
 
 A flywheel run is deterministic, so one run's table is one draw of its training slices and sample
 seeds: whether a config "keeps rising" is a claim about many draws. Draw 0 is CONFIG as written
-(examples/flywheel.yaml by default); draw d > 0 moves every pool slice's seed by 1000 d and
+(examples/flywheel-same-weights.yaml by default); draw d > 0 moves every pool slice's seed by 1000 d and
 ``harvest.samples.seed`` by d. The test set stays, so every draw's models are rated on the same prompts.
 Each draw is ``arena flywheel CONFIG -w ROOT/draw-d --json --set ...`` in a process of its own (a rerun with
 the same ROOT resumes it; a finished draw costs seconds).
@@ -114,7 +114,7 @@ def _ci(lo: float | None, hi: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("config", nargs="?", default=str(ROOT / "examples" / "flywheel.yaml"))
+    ap.add_argument("config", nargs="?", default=str(ROOT / "examples" / "flywheel-same-weights.yaml"))
     ap.add_argument("--draws", default="0,1,2", help="comma-separated draw numbers (0: the config as written)")
     ap.add_argument("-w", "--workspace", default=None, help="root of the draws' workspaces (default: temporary)")
     ap.add_argument("--set", action="append", default=[], help="override a config field (every draw)")

@@ -2,7 +2,7 @@
 
 Run: ``python benchmarks/bench_flywheel.py [CONFIG] [-w WORKSPACE] [--set key=value ...] [--baselines random,longest]``
 
-Runs ``arena flywheel`` (examples/flywheel.yaml by default) in a fresh workspace (or resumes the
+Runs ``arena flywheel`` (examples/flywheel-same-weights.yaml by default) in a fresh workspace (or resumes the
 given one) and prints, from the run and its state file:
 
 - wall time of the whole run, of each round, and of each stage (answering and judging the slice,
@@ -51,7 +51,7 @@ def above(a: RatedModel | RoundRow, b: RatedModel | RoundRow) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("config", nargs="?", default=str(ROOT / "examples" / "flywheel.yaml"))
+    ap.add_argument("config", nargs="?", default=str(ROOT / "examples" / "flywheel-same-weights.yaml"))
     ap.add_argument("-w", "--workspace", default=None, help="workspace (default: a fresh temporary one)")
     ap.add_argument("--set", action="append", default=[], help="override a config field")
     ap.add_argument("--baselines", default=None, help="comma-separated ablation baselines")

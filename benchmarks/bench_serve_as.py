@@ -3,7 +3,7 @@
 The flywheel's trained model (issue 20 item 2) answers the test set through the transformers
 engine; ``training.serve_as: llamacpp`` exports it to GGUF (``engines/gguf_export.py``) and serves
 it through llama.cpp instead. On ``--n`` test prompts (``generate_tasks(n, seed=0)``) and the
-flywheel quickstart's target spec (examples/flywheel.yaml: zero-shot completion, greedy, max 16
+flywheel quickstart's target spec (examples/flywheel-same-weights.yaml: zero-shot completion, greedy, max 16
 tokens), in one process, through the engines and the ledger (``run_requests``):
 
 - transformers float32 at batch 16: the baseline every ratio and agreement count is against;
@@ -54,7 +54,7 @@ def main() -> int:
     from arena_learning.store import Store
     from arena_learning.tasks import generate_tasks
 
-    cfg = load_config_file(REPO / "examples" / "flywheel.yaml", FlywheelConfig)
+    cfg = load_config_file(REPO / "examples" / "flywheel-same-weights.yaml", FlywheelConfig)
     folder = Path(args.folder) if args.folder else bundled_hf_folder()
     target = cfg.target.model_copy(update={"model": str(folder), "n_threads": args.threads})
     prompts = generate_tasks(args.n, seed=0)

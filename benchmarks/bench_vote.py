@@ -1,6 +1,6 @@
 """How much a vote over samples lifts the flywheel's 8-shot reference (issue 18, item 2).
 
-The 8-shot reference of examples/flywheel.yaml (the bundled Gemma 3 270M base model through llama.cpp,
+The 8-shot reference of examples/flywheel-same-weights.yaml (the bundled Gemma 3 270M base model through llama.cpp,
 its few-shot list copied here) answers ``--n`` prompts of the built-in task suite (``--n`` / 9 per
 category, seed ``--seed``, the few-shot questions left out) three ways, in one process and one
 workspace (every call through the ledger):
@@ -27,7 +27,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-FEW_SHOT_8 = [  # examples/flywheel.yaml, reference gemma-270m-8shot
+FEW_SHOT_8 = [  # examples/flywheel-same-weights.yaml, reference gemma-270m-8shot
     ["What is 12 + 7?", "19"],
     ["What is the capital of Japan?", "Tokyo"],
     ["Write the word 'river' in uppercase letters.", "RIVER"],

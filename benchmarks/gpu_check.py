@@ -96,7 +96,7 @@ def flywheel_config(dry_run: bool) -> dict[str, Any]:
     """Return the flywheel config of the check: the quickstart's world, CUDA sizes (or tiny ones)."""
     import yaml
 
-    base = yaml.safe_load((ROOT / "examples" / "flywheel.yaml").read_text(encoding="utf-8"))
+    base = yaml.safe_load((ROOT / "examples" / "flywheel-same-weights.yaml").read_text(encoding="utf-8"))
     batch = 12 if dry_run else 128
     dtype = "float32" if dry_run else "bfloat16"  # bfloat16 matmuls crawl on CPUs without AVX-512 BF16
     base["name"] = "gpu-check"

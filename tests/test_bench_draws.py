@@ -22,7 +22,7 @@ def bench():
 
 def test_a_draw_moves_the_slices_and_samples_seeds_and_keeps_the_test_set():
     mod = bench()
-    path = ROOT / "examples" / "flywheel.yaml"
+    path = ROOT / "examples" / "flywheel-same-weights.yaml"
     cfg = load_config_file(path, FlywheelConfig)
     assert mod.draw_sets(cfg, 0) == []
     two = load_config_file(path, FlywheelConfig, mod.draw_sets(cfg, 2))  # as the draw's `arena flywheel --set`s

@@ -273,7 +273,6 @@ def test_the_readmes_flywheel_quickstart_runs_as_written_on_one_small_round(tmp_
     assert args == ["flywheel", "examples/flywheel.yaml"]
     proc = _arena(*args, "-w", str(tmp_path / "ws"), "--json", "--set", "tasks.n=24",
                   "--set", "pool={D0: {n: 12, seed: 101}}", "--set", "rounds=[{stages: [{kind: sft, slice: D0}]}]",
-                  "--set", "harvest.samples.k=2", "--set", "harvest.samples.shots=1",
                   "--set", "training.sft.max_steps=1", "--set", "ratings.bootstrap=10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)

@@ -141,7 +141,7 @@ def test_the_quickstart_is_five_sft_rounds_in_the_world_with_few_shot_samples_an
     from arena_learning.config import load_config_file
     from arena_learning.flywheel.plan import plan_flywheel
 
-    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "flywheel.yaml", FlywheelConfig)
+    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "flywheel-same-weights.yaml", FlywheelConfig)
     assert cfg.tasks.suite == 2 and [s.kind for r in cfg.rounds for s in r.stages] == ["sft"] * 5
     assert cfg.harvest.sft_min_score == 10 and cfg.harvest.replay and cfg.harvest.balance
     assert cfg.training.sft.start == "base"
