@@ -94,7 +94,7 @@ def test_a_length_loving_judge_fails_the_null_model_and_everything_says_so(tmp_p
     page = write_report(ws).read_text()
     assert 'role="alert"' in page and "failed its canaries" in page and "null model win rate" in page
     # harvesting from that judge is refused, unless the risk is accepted
-    args = ["harvest", str(ws), "--kind", "dpo", "--set", "test", "--out", str(tmp_path / "p.jsonl"), "--k", "0",
+    args = ["harvest", str(ws), "--kind", "dpo", "--prompt-set", "test", "--out", str(tmp_path / "p.jsonl"), "--k", "0",
             "--models", "strong,weak", "--selection", "all"]
     refused = runner.invoke(app, args)
     assert refused.exit_code == 2 and "--accept-judge-risk" in refused.output
@@ -166,8 +166,8 @@ def test_harvest_lineage_names_the_judge_and_the_battles_behind_each_row(tmp_pat
     runner = CliRunner()
     assert runner.invoke(app, ["battle", str(cfg_path), "-w", str(ws)]).exit_code == 0
     out = tmp_path / "pairs.jsonl"
-    res = runner.invoke(app, ["harvest", str(ws), "--kind", "dpo", "--set", "test", "--out", str(out), "--k", "0",
-                              "--models", "strong,weak", "--lineage"])
+    res = runner.invoke(app, ["harvest", str(ws), "--kind", "dpo", "--prompt-set", "test", "--out", str(out),
+                              "--k", "0", "--models", "strong,weak", "--lineage"])
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == N and all(r["judge"] == "j" for r in rows)
@@ -175,6 +175,16 @@ def test_harvest_lineage_names_the_judge_and_the_battles_behind_each_row(tmp_pat
         (b,) = r["battles"]  # the one battle of the pair on this prompt, with its verdict and scores
         assert {b["model_a"], b["model_b"]} == {"strong", "weak"} and b["outcome"] in ("model_a", "model_b")
         assert r["chosen_model"] == "strong" and b["score_a"] is not None
+    # the old spelling `--set NAME` still names the prompt set, with a deprecation message (every other --set is
+    # key=value); given beside a different --prompt-set it is an error
+    old = tmp_path / "old.jsonl"
+    res = runner.invoke(app, ["harvest", str(ws), "--kind", "dpo", "--set", "test", "--out", str(old), "--k", "0",
+                              "--models", "strong,weak", "--lineage"])
+    assert res.exit_code == 0, res.output
+    assert "deprecated" in res.stderr and "--prompt-set test" in res.stderr
+    assert old.read_text() == out.read_text()
+    both = runner.invoke(app, ["harvest", str(ws), "--set", "test", "--prompt-set", "flywheel/D1", "--out", str(old)])
+    assert both.exit_code == 2 and "use --prompt-set alone" in both.output
 
 
 def test_a_board_has_a_manifest_and_compare_says_first_when_judges_differ(tmp_path, scripted_server):

@@ -141,7 +141,8 @@ def test_the_quickstart_is_five_sft_rounds_in_the_world_with_few_shot_samples_an
     from arena_learning.config import load_config_file
     from arena_learning.flywheel.plan import plan_flywheel
 
-    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "flywheel-same-weights.yaml", FlywheelConfig)
+    config = Path(__file__).resolve().parents[1] / "examples" / "flywheel-same-weights.yaml"
+    cfg = load_config_file(config, FlywheelConfig)
     assert cfg.tasks.suite == 2 and [s.kind for r in cfg.rounds for s in r.stages] == ["sft"] * 5
     assert cfg.harvest.sft_min_score == 10 and cfg.harvest.replay and cfg.harvest.balance
     assert cfg.training.sft.start == "base"
@@ -306,7 +307,8 @@ def test_arena_harvest_exports_a_flywheel_slice(killed_and_resumed, kind, out):
 
     k = killed_and_resumed
     path = k["tmp"] / out
-    args = [*ARENA, "harvest", str(k["ws"]), "--kind", kind, "--set", "flywheel/D1", "--out", str(path), "--k", "0"]
+    args = [*ARENA, "harvest", str(k["ws"]), "--kind", kind, "--prompt-set", "flywheel/D1", "--out", str(path),
+            "--k", "0"]
     if kind == "sft":
         args += ["--target", "student-r0-sft", "--selection", "all"]
     else:

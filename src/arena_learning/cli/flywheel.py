@@ -312,8 +312,10 @@ def harvest_command(
     kind: Annotated[str, typer.Option("--kind", help="sft, dpo or rm")] = "sft",
     out: Annotated[Path, typer.Option(
         "--out", "-o", help="output: FILE.jsonl, FILE.parquet or a folder (HF dataset)")] = Path("harvest.jsonl"),
-    set_name: Annotated[str, typer.Option("--set", help="the prompt set whose battles to harvest (a flywheel slice "
-                                          "is flywheel/NAME)")] = DEFAULT_SET,
+    set_name: Annotated[str, typer.Option("--prompt-set", help="the prompt set whose battles to harvest (a flywheel "
+                                          "slice is flywheel/NAME)")] = DEFAULT_SET,
+    old_set_name: Annotated[str | None, typer.Option(
+        "--set", hidden=True, help="deprecated spelling of --prompt-set")] = None,
     target: Annotated[str | None, typer.Option(
         help="sft: the model trained (default: the run's battles.target)")] = None,
     models: Annotated[str | None, typer.Option(
@@ -339,6 +341,13 @@ def harvest_command(
 
     if kind not in ("sft", "dpo", "rm"):
         raise ArenaError(f"--kind {kind!r}: use sft, dpo or rm")
+    if old_set_name is not None:
+        if set_name != DEFAULT_SET and set_name != old_set_name:
+            raise ArenaError(f"--set {old_set_name!r} and --prompt-set {set_name!r} name two prompt sets: "
+                             "use --prompt-set alone")
+        typer.echo(f"warning: `arena harvest --set NAME` is deprecated (every other --set is key=value); "
+                   f"use --prompt-set {old_set_name}", err=True)
+        set_name = old_set_name
     with Store(workspace, readonly=True) as store:
         prompts = store.get_prompts(set_name)
         if not prompts:
