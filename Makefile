@@ -43,6 +43,7 @@ lint: $(STAMP)
 # the docs site into site/, offline (no fonts or plugins fetched); the generated pages first
 docs: $(STAMP)
 	$(PY) -m arena_learning.config_reference
+	$(PY) -m arena_learning.cli.commands_reference
 	$(PY) benchmarks/results_page.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 

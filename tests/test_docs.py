@@ -20,7 +20,7 @@ import yaml
 from typer.testing import CliRunner
 
 from arena_learning import config_reference
-from arena_learning.cli import app
+from arena_learning.cli import app, commands_reference
 from arena_learning.config import JudgeConfig, ModelSpec
 
 from .conftest import shared
@@ -182,6 +182,29 @@ def test_the_config_reference_page_is_what_the_config_classes_give():
         "docs/reference/config.md is out of date: run python -m arena_learning.config_reference")
     text = page.read_text(encoding="utf-8")
     assert "| `parallel` | int | `8` |" in text and "### FlywheelConfig" in text and "### PoolConfig" in text
+
+
+def test_the_commands_page_is_what_the_cli_gives():
+    page = ROOT / "docs" / "commands.md"
+    assert page.read_text(encoding="utf-8") == commands_reference.render(), (
+        "docs/commands.md is out of date: run python -m arena_learning.cli.commands_reference")
+    text = page.read_text(encoding="utf-8")
+    # every command, subcommands included, with options only its --help used to list
+    for heading in ("## arena harvest", "## arena models verify", "## arena testset build", "## arena serve"):
+        assert f"\n{heading}\n" in text
+    for row in ("| `--prompt-set` | str | `test` |", "| `--accept-judge-risk` | flag |",
+                "| `--assemble`, `--no-assemble` | flag |"):
+        assert row in text
+    assert "| `--set` |" not in text.split("## arena harvest")[1].split("\n## ")[0]  # the deprecated spelling: hidden
+
+
+def test_the_commands_page_check_fails_when_the_page_is_stale(tmp_path, capsys):
+    stale = tmp_path / "commands.md"
+    stale.write_text(commands_reference.render().replace("--prompt-set", "--set"), encoding="utf-8")
+    assert commands_reference.main(["--check", "--out", str(stale)]) == 1
+    assert "out of date" in capsys.readouterr().err
+    assert commands_reference.main(["--out", str(stale)]) == 0
+    assert commands_reference.main(["--check", "--out", str(stale)]) == 0
 
 
 def test_the_results_page_is_what_the_log_gives():
