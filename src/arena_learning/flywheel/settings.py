@@ -340,8 +340,8 @@ class HarvestConfig(Section):
     seed: int = Field(0, description="seed of the harvest's seeded choices: the random baseline's sample, the "
                       "balancing per category")
     samples: SampleSettings | None = Field(
-        None, description="the target's own samples as candidates on each training slice (the issue's "
-        "target.samples: a harvest setting, as it changes what is harvested, not the target)")
+        None, description="the target's own samples as candidates on each training slice (a harvest setting, "
+        "not a target one, as it changes what is harvested)")
     balance: bool = Field(False, description="balance each category's examples and pairs by the shortcut their "
                           "answer would also fit (first or second number, yes or no, ascending or descending), so "
                           "the data cannot teach a positional or constant answer")
