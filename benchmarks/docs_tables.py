@@ -52,6 +52,7 @@ class TableSource:
 
     prefixes: tuple[str, ...]
     since: dict[str, str]
+    stand_in: str = ""  # said under a table of a later prefix (one that stands in for the first)
 
     def pick(self, figures: Sequence[Figure]) -> Figure | None:
         for prefix in self.prefixes:
@@ -65,7 +66,8 @@ class TableSource:
 # that day are of the same-weights run, now examples/flywheel-same-weights.yaml. Until the quickstart's own
 # table is recorded, its slot shows the teacher ladder's, whose first three rounds are the quickstart's.
 ARENA = TableSource(("quickstart",), {})
-FLYWHEEL = TableSource(("flywheel_quickstart", "flywheel_ladder"), {"flywheel_quickstart": "2026-12-05"})
+FLYWHEEL = TableSource(("flywheel_quickstart", "flywheel_ladder"), {"flywheel_quickstart": "2026-12-05"},
+                       "the teacher ladder's rounds, whose first three are this quickstart's")
 
 # The requirements table: per run, the records of its time, peak memory and disk.
 REQUIREMENTS: tuple[tuple[str, str, str], ...] = (
@@ -85,8 +87,10 @@ def _table(source: TableSource, figures: Sequence[Figure], link: str) -> str:
         names = " or ".join(f"`{p}.table`" for p in source.prefixes)
         return f"No table recorded yet: append a {names} record to `benchmarks/results.jsonl`.\n"
     cores = fig.machine.split(",", 1)[0]
-    return (f"```\n{table_parts(fig.note)[0]}\n```\n\n"
-            f"`{fig.command}`, {cores} ([when, where and at which commit]({link}#current-figures)).\n")
+    own = fig.figure.startswith(source.prefixes[0] + ".")
+    stand_in = f" ({source.stand_in})" if source.stand_in and not own else ""
+    return (f"```\n{table_parts(fig.note)[0]}\n```\n"
+            f"`{fig.command}`{stand_in}, {cores} ([when, where and at which commit]({link}#current-figures)).\n")
 
 
 def _amount(fig: Figure | None) -> str:

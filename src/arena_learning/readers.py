@@ -35,13 +35,15 @@ from .errors import ArenaError
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 # Public files the examples read (examples/README.md), by the end of their path: where to get each one.
+_ARENA_HARD = "https://github.com/lmarena/arena-hard-auto"
+_FASTCHAT = "https://github.com/lm-sys/FastChat"
 PUBLIC_DATA: dict[str, str] = {
-    "arena-hard-v0.1/question.jsonl": "https://github.com/lmarena/arena-hard-auto (data/arena-hard-v0.1/question.jsonl)",
-    "arena-hard-v0.1/model_answer/": "https://github.com/lmarena/arena-hard-auto (data/arena-hard-v0.1/model_answer/)",
-    "mt_bench/question.jsonl": "https://github.com/lm-sys/FastChat (fastchat/llm_judge/data/mt_bench/question.jsonl)",
-    "mt_bench/reference_answer/": "https://github.com/lm-sys/FastChat (fastchat/llm_judge/data/mt_bench/reference_answer/)",
-    "vicuna_bench/question.jsonl": "https://github.com/lm-sys/FastChat (fastchat/llm_judge/data/vicuna_bench/question.jsonl)",
-    "sharegpt_sample/dummy_conversation.json": "https://github.com/lm-sys/FastChat (data/dummy_conversation.json)",
+    "arena-hard-v0.1/question.jsonl": f"{_ARENA_HARD} (data/arena-hard-v0.1/question.jsonl)",
+    "arena-hard-v0.1/model_answer/": f"{_ARENA_HARD} (data/arena-hard-v0.1/model_answer/)",
+    "mt_bench/question.jsonl": f"{_FASTCHAT} (fastchat/llm_judge/data/mt_bench/question.jsonl)",
+    "mt_bench/reference_answer/": f"{_FASTCHAT} (fastchat/llm_judge/data/mt_bench/reference_answer/)",
+    "vicuna_bench/question.jsonl": f"{_FASTCHAT} (fastchat/llm_judge/data/vicuna_bench/question.jsonl)",
+    "sharegpt_sample/dummy_conversation.json": f"{_FASTCHAT} (data/dummy_conversation.json)",
 }
 
 
