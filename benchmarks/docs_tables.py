@@ -13,6 +13,14 @@ record of the first prefix in its list that has one. A new measurement is theref
 record and one run of this script (``make docs`` runs it); a test fails when a page differs from
 what this script writes.
 
+A table is recorded as the program printed it, then what to say about it after a blank line (shown on the
+results page only), e.g. the flywheel quickstart's round table and the figures of the requirements table::
+
+    results.record("flywheel_quickstart.table", 82, "of 288", "higher", "arena flywheel examples/flywheel.yaml",
+                   note=round_table + "\n\nwhat the run showed")
+    results.record("flywheel_quickstart.minutes", 21.5, "min", "lower", "arena flywheel examples/flywheel.yaml")
+    # and .peak_rss_gb, .disk_gb (GB) for each run of REQUIREMENTS below
+
     python benchmarks/docs_tables.py            # write the blocks of every page
     python benchmarks/docs_tables.py --check    # exit 1 when a page's blocks are out of date
 """
