@@ -40,11 +40,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 
-# the docs site into site/, offline (no fonts or plugins fetched); the generated pages first
+# the docs site into site/, offline (no fonts or plugins fetched); the generated pages first, then the measured
+# tables of the README and the docs inserted from benchmarks/results.jsonl
 docs: $(STAMP)
 	$(PY) -m arena_learning.config_reference
 	$(PY) -m arena_learning.cli.commands_reference
 	$(PY) benchmarks/results_page.py
+	$(PY) benchmarks/docs_tables.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 bench: $(STAMP)

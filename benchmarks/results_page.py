@@ -31,6 +31,24 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _note(fig: Figure) -> str:
+    """Return the note for a table cell: a recorded table (a ``.table`` figure's note) is shown under Tables."""
+    if fig.figure.endswith(".table"):
+        return f"the table is under [Tables](#{_anchor(fig)})"
+    return _cell(fig.note)
+
+
+def _anchor(fig: Figure) -> str:
+    """Return the heading anchor of a recorded table on this page."""
+    return "table-" + "".join(c if c.isalnum() else "-" for c in f"{fig.figure}-{fig.date}").lower()
+
+
+def table_parts(note: str) -> tuple[str, str]:
+    """Return (the table as the program printed it, what follows it after a blank line) of a table's note."""
+    table, _, comment = note.strip("\n").partition("\n\n")
+    return table, comment.strip()
+
+
 def _value(fig: Figure) -> str:
     """Return the figure's value with its unit, as few digits as it was recorded with."""
     v = fig.value
@@ -72,7 +90,7 @@ def render(log: Path = LOG, earlier: Path = EARLIER) -> str:
                   "|---|---|---|---|---|---|---|---|"]
         for f in sorted(latest.values(), key=lambda f: (f.date, f.figure), reverse=True):
             lines.append(f"| `{f.figure}` | {_cell(_value(f))} | {f.better} | {f.date} | {_cell(f.commit) or '-'} "
-                         f"| {_cell(f.machine)} | `{_cell(f.command)}` | {_cell(f.note)} |")
+                         f"| {_cell(f.machine)} | `{_cell(f.command)}` | {_note(f)} |")
         by_date: dict[str, list[Figure]] = defaultdict(list)
         for f in figures:
             by_date[f.date].append(f)
@@ -82,8 +100,19 @@ def render(log: Path = LOG, earlier: Path = EARLIER) -> str:
                       "|---|---|---|---|---|---|"]
             for f in reversed(by_date[date]):  # appended in time order: the last one of a day first
                 lines.append(f"| `{f.figure}` | {_cell(_value(f))} | {_cell(f.commit) or '-'} | {_cell(f.machine)} "
-                             f"| `{_cell(f.command)}` | {_cell(f.note)} |")
+                             f"| `{_cell(f.command)}` | {_note(f)} |")
             lines.append("")
+        tables = [f for f in reversed(figures) if f.figure.endswith(".table")]
+        if tables:
+            lines += ["## Tables", "",
+                      "Tables as the program printed them (a `.table` figure's note), the latest first; the README "
+                      "shows the latest of each (`benchmarks/docs_tables.py`).", ""]
+            for f in tables:
+                table, comment = table_parts(f.note)
+                lines += [f'<a id="{_anchor(f)}"></a>', "", f"### `{f.figure}`, {f.date}", "",
+                          f"`{f.command}`, commit {f.commit or '-'}, {f.machine}", "", "```", table, "```", ""]
+                if comment:
+                    lines += [comment, ""]
     else:
         lines += ["No figure has been recorded in `benchmarks/results.jsonl` yet.", ""]
     if earlier.is_file():

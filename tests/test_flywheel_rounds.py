@@ -109,7 +109,7 @@ def test_the_search_example_is_the_world_example_with_a_dpo_and_an_rl_sweep_afte
     # What the world's five SFT stages are made of is the same, so a world workspace resumes at round 5.
     assert search.rounds[:5] == world.rounds and len(search.rounds) == 7
     assert {k: v for k, v in search.pool.items() if k in world.pool} == world.pool
-    for part in ("target", "references", "judge", "tasks", "harvest", "ratings", "name"):
+    for part in ("target", "references", "judge", "tasks", "harvest", "ratings"):
         assert getattr(search, part) == getattr(world, part), part
     assert search.training.sft == world.training.sft and search.training.serve_as == world.training.serve_as
     (dpo,), (rl,) = search.rounds[5].stages, search.rounds[6].stages
@@ -129,7 +129,7 @@ def test_the_qwen_dpo_rl_example_is_the_qwen_students_first_two_rounds_then_dpo_
     # A workspace of the Qwen student's three SFT rounds resumes at round 2: the first two rounds are the same stages.
     assert paper.rounds[:2] == sft.rounds[:2] and [s.kind for r in paper.rounds[2:] for s in r.stages] == ["dpo", "rl"]
     assert {k: v for k, v in paper.pool.items() if k in sft.pool} == sft.pool
-    for part in ("target", "references", "judge", "tasks", "harvest", "ratings", "name"):
+    for part in ("target", "references", "judge", "tasks", "harvest", "ratings"):
         assert getattr(paper, part) == getattr(sft, part), part
     assert paper.training.sft == sft.training.sft and paper.training.serve_as == sft.training.serve_as
     assert paper.training.dpo == dpo_rl.training.dpo  # the settings measured on the gemma student
@@ -141,8 +141,8 @@ def test_the_quickstart_is_five_sft_rounds_in_the_world_with_few_shot_samples_an
     from arena_learning.config import load_config_file
     from arena_learning.flywheel.plan import plan_flywheel
 
-    config = Path(__file__).resolve().parents[1] / "examples" / "flywheel-same-weights.yaml"
-    cfg = load_config_file(config, FlywheelConfig)
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    cfg = load_config_file(examples / "flywheel-same-weights.yaml", FlywheelConfig)
     assert cfg.tasks.suite == 2 and [s.kind for r in cfg.rounds for s in r.stages] == ["sft"] * 5
     assert cfg.harvest.sft_min_score == 10 and cfg.harvest.replay and cfg.harvest.balance
     assert cfg.training.sft.start == "base"

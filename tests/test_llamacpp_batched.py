@@ -349,8 +349,8 @@ def test_an_announced_list_or_not_gets_the_same_answers_whenever_its_requests_ar
     from arena_learning.flywheel.settings import FlywheelConfig
     from arena_learning.store import Store
 
-    config = Path(__file__).resolve().parents[1] / "examples" / "flywheel-same-weights.yaml"
-    cfg = load_config_file(config, FlywheelConfig)
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    cfg = load_config_file(examples / "flywheel-same-weights.yaml", FlywheelConfig)
     spec = cfg.references[0].model_copy(update={"n_threads": 1, "parallel": 6})
     requests = [ask(p.turns[0]) for p in generate_tasks(30, seed=7, suite=2)]
     batcher = load_batcher(spec)

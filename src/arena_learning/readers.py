@@ -34,6 +34,31 @@ from .errors import ArenaError
 # U+DC80..U+DCFF: where ``surrogateescape`` puts bytes that are not UTF-8.
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
+# Public files the examples read (examples/README.md), by the end of their path: where to get each one.
+_ARENA_HARD = "https://github.com/lmarena/arena-hard-auto"
+_FASTCHAT = "https://github.com/lm-sys/FastChat"
+PUBLIC_DATA: dict[str, str] = {
+    "arena-hard-v0.1/question.jsonl": f"{_ARENA_HARD} (data/arena-hard-v0.1/question.jsonl)",
+    "arena-hard-v0.1/model_answer/": f"{_ARENA_HARD} (data/arena-hard-v0.1/model_answer/)",
+    "mt_bench/question.jsonl": f"{_FASTCHAT} (fastchat/llm_judge/data/mt_bench/question.jsonl)",
+    "mt_bench/reference_answer/": f"{_FASTCHAT} (fastchat/llm_judge/data/mt_bench/reference_answer/)",
+    "vicuna_bench/question.jsonl": f"{_FASTCHAT} (fastchat/llm_judge/data/vicuna_bench/question.jsonl)",
+    "sharegpt_sample/dummy_conversation.json": f"{_FASTCHAT} (data/dummy_conversation.json)",
+}
+
+
+def missing_file(path: str | Path) -> str:
+    """Return what to say about an input ``path`` that does not exist: where it was looked for, where to get it."""
+    p = Path(path)
+    where = "" if p.is_absolute() else f" (a relative path is read from the directory you run in, {Path.cwd()})"
+    posix = p.as_posix()
+    origin = next((url for tail, url in PUBLIC_DATA.items()
+                   if posix.endswith(tail) or (tail.endswith("/") and f"/{tail}" in f"/{posix}")), None)
+    get = (f"; it is public data: download it from {origin} and put it there, or change the path in the config"
+           if origin else "; give the path of your data in the config (examples/README.md names each example's data)")
+    return f"{p}: no such file or folder{where}{get}"
+
+
 IsRecord = Callable[[dict[str, Any]], bool]
 """Whether a top-level JSON object is itself a record (else its one list of objects holds the records)."""
 
@@ -360,7 +385,7 @@ def iter_rows(path: str | Path, is_record: IsRecord | None = None) -> Iterator[R
     """
     p = Path(path)
     if not p.exists():
-        raise ReadError(f"{p}: no such file or folder")
+        raise ReadError(missing_file(p))
     kind = _container(p)
     if kind != "hf" and _is_empty(p):
         yield Row(f"{p}:1", kind="empty_file", reason="the file is empty")

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import ArenaError
+from ..readers import ReadError, missing_file
 from ..records import Prompt
 from ..store import Store
 from . import INGESTED
@@ -239,6 +240,13 @@ def _difficulty_scorer(store: Store, cfg: TestsetConfig) -> Any:
         ) from None
 
 
+def check_sources(sources: Sequence[SourceSpec]) -> None:
+    """Raise ReadError naming every source that does not exist (before a build opens its workspace)."""
+    missing = [missing_file(s.path) for s in sources if not Path(s.path).exists()]
+    if missing:
+        raise ReadError("input data not found:\n  " + "\n  ".join(missing))
+
+
 def run_testset(
     cfg: TestsetConfig,
     workspace: Path | None = None,
@@ -254,6 +262,7 @@ def run_testset(
     """
     from .testset import build_testset, cluster_map
 
+    check_sources(cfg.sources)
     with Store(workspace if workspace is not None else cfg.workspace) as store:
         save_resolved_config(store, "testset", cfg.model_copy(update={"workspace": str(store.root)}))
         with tracker(progress) as track:
@@ -310,6 +319,7 @@ def run_pool(
     from .slices import cut_slices, slice_names
     from .testset import cluster_embeddings, cluster_names, label_prompts
 
+    check_sources([*cfg.sources, *cfg.decontam.test_sources])
     with Store(workspace if workspace is not None else cfg.workspace) as store:
         save_resolved_config(store, "pool", cfg.model_copy(update={"workspace": str(store.root)}))
         dc = cfg.decontam
