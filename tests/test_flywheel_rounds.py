@@ -71,8 +71,8 @@ def test_a_flywheel_config_refuses_a_non_transformers_target_an_unknown_slice_an
 
 
 def test_a_stage_sweep_is_checked_when_the_config_loads_and_leaves_the_main_stage_as_it_was(tmp_path):
-    from arena_learning.flywheel.rounds import Flywheel
-    from arena_learning.store import Store
+    from arena_learning.flywheel.fingerprint import stage_fingerprint
+    from arena_learning.flywheel.schedule import StageStep, schedule
 
     def rounds(sweep):
         stage = {"kind": "dpo", "slice": "D1", **({"sweep": sweep} if sweep is not None else {})}
@@ -91,13 +91,18 @@ def test_a_stage_sweep_is_checked_when_the_config_loads_and_leaves_the_main_stag
     assert swept.training.settings("dpo", {"beta": 0.2}).beta == 0.2 and swept.training.dpo.beta == 0.3
     # The main stage's fingerprint is the same with or without a sweep (adding a variant redoes nothing);
     # each variant's differs from the main stage's and from the other's.
-    with Store(tmp_path / "ws") as store:
-        a, b = Flywheel(plain, store, show_progress=False), Flywheel(swept, store, show_progress=False)
-        st_plain, st_swept = plain.rounds[1].stages[0], swept.rounds[1].stages[0]
-        main = a._fingerprint(1, 0, st_plain, "x", None)
-        assert b._fingerprint(1, 0, st_swept, "x", None) == main
-        v1, v2 = (b._fingerprint(1, 0, st_swept, "x", v) for v in ("b0.2", "b0.5"))
-        assert len({main, v1, v2}) == 3
+    def fingerprints(cfg):
+        out = {}
+        for step in schedule(cfg, tmp_path, []):
+            if isinstance(step, StageStep):
+                step.made = True
+                step.fingerprint = stage_fingerprint(cfg, step, step.follows.fingerprint if step.follows else "x")
+                out[step.key] = step.fingerprint
+        return out
+
+    main, swept_fps = fingerprints(plain), fingerprints(swept)
+    assert swept_fps["r1.0-dpo"] == main["r1.0-dpo"]
+    assert len({main["r1.0-dpo"], swept_fps["r1.0-dpo-b0.2"], swept_fps["r1.0-dpo-b0.5"]}) == 3
 
 
 def test_the_search_example_is_the_world_example_with_a_dpo_and_an_rl_sweep_after_it():
@@ -141,7 +146,8 @@ def test_the_quickstart_is_five_sft_rounds_in_the_world_with_few_shot_samples_an
     from arena_learning.config import load_config_file
     from arena_learning.flywheel.plan import plan_flywheel
 
-    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "flywheel-same-weights.yaml", FlywheelConfig)
+    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "flywheel-same-weights.yaml",
+                           FlywheelConfig)
     assert cfg.tasks.suite == 2 and [s.kind for r in cfg.rounds for s in r.stages] == ["sft"] * 5
     assert cfg.harvest.sft_min_score == 10 and cfg.harvest.replay and cfg.harvest.balance
     assert cfg.training.sft.start == "base"
