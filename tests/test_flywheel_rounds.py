@@ -16,8 +16,8 @@ import yaml
 
 from arena_learning.config import validate_config
 from arena_learning.errors import ConfigError
-from arena_learning.flywheel.rounds import slice_prompts, task_slice
 from arena_learning.flywheel.settings import FlywheelConfig, SliceSpec
+from arena_learning.flywheel.slices import slice_prompts, task_slice
 from arena_learning.flywheel_state import load_state, state_path
 from arena_learning.tasks import generate_tasks
 
@@ -388,7 +388,7 @@ def test_an_empty_stored_slice_is_a_clear_error_of_flywheel_and_plan(tmp_path):
 def test_a_stored_slice_loses_its_near_copies_of_every_test_set_in_the_workspace(tmp_path):
     from collections import Counter
 
-    from arena_learning.flywheel.rounds import slice_prompts
+    from arena_learning.flywheel.slices import slice_prompts
     from arena_learning.records import Prompt
     from arena_learning.store import Store
 

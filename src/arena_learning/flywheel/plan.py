@@ -33,19 +33,18 @@ from ..plan import (
 from ..records import Prompt
 from ..store import Store
 from .kinds import REWARD_MODEL, train_kind
-from .rounds import (
+from .schedule import Evaluate, StageStep, base_model, schedule
+from .serving import (
     SERVED_GGUF,
     answering_as,
     base_export_path,
     export_key,
     served_spec,
-    slice_prompts,
-    slice_set,
     template_gguf,
     yield_key,
 )
-from .schedule import Evaluate, StageStep, base_model, schedule
 from .settings import FlywheelConfig, TrainSettings
+from .slices import slice_prompts, slice_set
 from .train import MODEL_DIR, stage_done
 
 

@@ -29,8 +29,6 @@ a prompt loses it, rather than the prompt silently leaving its battles.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import sys
 import time
@@ -44,9 +42,7 @@ from .. import pipeline
 from ..arena.canaries import judge_risk_error
 from ..config import ModelSpec
 from ..engines import speed
-from ..engines.bundled import cache_dir, resolve_model_path
 from ..engines.gguf_export import export_current, export_gguf
-from ..engines.identity import content_identity
 from ..engines.transformers_engine import release_models, resolve_hf_folder
 from ..errors import ArenaError
 from ..flywheel_state import (
@@ -67,7 +63,6 @@ from ..rating.bt import RateOptions
 from ..records import Prompt, Rating
 from ..scale.launch import LaunchError, check_launchable, launch_command, run_launch
 from ..store import Store
-from ..tasks import generate_tasks, suite_categories
 from . import train as training
 from .evidence import Evidence, gather
 from .export import export_items, read_items
@@ -84,202 +79,22 @@ from .harvest import (
 )
 from .kinds import REWARD_MODEL, STAGE_KINDS, stage_kind, train_kind
 from .schedule import Evaluate, StageStep, base_model, schedule
-from .settings import BASELINES, FlywheelConfig, SFTSettings, SliceDecontam, SliceSpec
+from .serving import (
+    SERVED_GGUF,
+    answering_as,
+    base_export_path,
+    export_key,
+    model_identity,
+    served_spec,
+    template_gguf,
+    yield_key,
+)
+from .settings import BASELINES, FlywheelConfig, SFTSettings
+from .slices import slice_prompts, slice_set
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
 TEST_SET = pipeline.TEST_SET
 LAUNCH_LOG = "launch.log"
-
-
-def slice_set(name: str) -> str:
-    """Return the workspace prompt set that holds the slice ``name``."""
-    return f"flywheel/{name}"
-
-
-# ---- slices ------------------------------------------------------------------------------
-
-
-def _norm(q: str) -> str:
-    return " ".join(q.lower().split())
-
-
-def task_slice(spec: SliceSpec, seed: int, exclude: set[str], suite: int = 1) -> list[Prompt]:
-    """Return up to ``spec.n`` task prompts of suite version ``suite`` spread over the categories, none in ``exclude``.
-
-    A category with too few distinct questions left (capitals, say) gives what it has.
-    """
-    cats = list(spec.categories or suite_categories(suite))
-    quotas = {c: spec.n // len(cats) + (1 if i < spec.n % len(cats) else 0) for i, c in enumerate(cats)}
-    per_cat: dict[str, list[Prompt]] = {}
-    for i, cat in enumerate(cats):
-        want = quotas[cat]
-        got: list[Prompt] = []
-        while want > 0:
-            try:
-                got = generate_tasks(want, seed=seed * 1000 + i, categories=[cat], exclude=exclude, suite=suite)
-                break
-            except ValueError:
-                want = want * 3 // 4 if want > 4 else want - 1
-        per_cat[cat] = got
-    out: list[Prompt] = []
-    for k in range(max((len(v) for v in per_cat.values()), default=0)):
-        out.extend(v[k] for v in per_cat.values() if k < len(v))
-    return out
-
-
-def test_sets(store: Store | None, test: Sequence[Prompt]) -> list[Prompt]:
-    """Return the prompts of every test set in the workspace: the run's (``test``), ``test`` and ``testset/*``."""
-    out = {p.id: p for p in test}
-    if store is not None:
-        for name in store.prompt_sets():
-            if name == TEST_SET or name.startswith("testset/"):
-                out.update({p.id: p for p in store.get_prompts(name)})
-    return list(out.values())
-
-
-def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | None,
-                  near: dict[str, Counter[str]] | None = None) -> dict[str, tuple[list[Prompt], int]]:
-    """Return every slice of ``cfg``'s pool, in pool order: its prompts and how many were dropped as test prompts.
-
-    Slices are disjoint and decontaminated: no test prompt, no few-shot example, no prompt of an
-    earlier slice. A stored set is read from ``store``; an empty or missing one is an ArenaError.
-    A stored slice is also checked against every test set in the workspace with the tests ``arena
-    pool build`` uses (MinHash near-copies, long shared n-grams; curate.decontam), since a test set
-    may come after the pool was built: what it drops is counted in ``near`` (slice -> reason -> n)
-    and in the dropped count. Task-suite slices are exact-disjoint by construction; their items
-    share templates by design, so near-copy tests do not apply to them.
-    """
-    tests = test_sets(store, test)
-    banned = {_norm(t) for p in test for t in p.turns}
-    banned |= {_norm(q) for q in pipeline.few_shot_questions([cfg.target, *cfg.references])}
-    if cfg.harvest.samples is not None:
-        banned |= {_norm(q) for q in cfg.harvest.samples.questions()}
-    out: dict[str, tuple[list[Prompt], int]] = {}
-    embed = None  # one embedder for every stored slice: the test set's embeddings are made once
-    for pos, (name, spec) in enumerate(cfg.pool.items()):
-        if spec.set is not None:
-            got = store.get_prompts(spec.set) if store is not None else []
-            if not got:
-                where = f"the workspace {store.root}" if store is not None else "the workspace (there is none yet)"
-                raise ArenaError(f"pool.{name}.set: the prompt set {spec.set!r} is empty or missing in {where}: fill "
-                                 "it first (`arena pool build`, `arena ingest`), or give the slice task prompts "
-                                 "(n, seed)")
-            prompts = [p for p in got if not any(_norm(t) in banned for t in p.turns)]
-            if embed is None:
-                from ..curate.embed import text_embedder
-
-                embed = text_embedder(cfg.decontam.embed)
-            prompts, why, _ = near_copies_dropped(prompts, tests, cfg.decontam, embed)
-            if near is not None and why:
-                near[name] = why
-            if spec.limit is not None:
-                prompts = prompts[: spec.limit]
-            dropped = len(got) - len(prompts)
-        else:
-            # FlywheelConfig refuses a slice seed equal to tasks.seed
-            prompts, dropped = task_slice(spec, cfg.slice_seed(pos, spec), banned, cfg.tasks.suite), 0
-        overlap = [p.id for p in prompts if any(_norm(t) in banned for t in p.turns)]
-        assert not overlap, f"slice {name} overlaps the test set or few-shot examples: {overlap[:3]}"
-        banned |= {_norm(t) for p in prompts for t in p.turns}
-        out[name] = (prompts, dropped)
-    return out
-
-
-def near_copies_dropped(prompts: list[Prompt], tests: Sequence[Prompt], s: SliceDecontam,
-                        embed: Callable[[list[str]], Any] | None = None
-                        ) -> tuple[list[Prompt], Counter[str], dict[str, str]]:
-    """Return ``prompts`` without the near-copies of ``tests`` (curate.decontam), the drops by reason and matches.
-
-    ``embed`` (``curate.embed.text_embedder``; made from ``s.embed`` when None) may be shared by several calls: the
-    same list of test texts is embedded once.
-    """
-    from ..curate.decontam import decontaminate
-    from ..curate.embed import text_embedder
-
-    return decontaminate(prompts, tests, s.threshold, s.num_perm, s.shingle, s.shingle_ngram, s.ngram,
-                         s.ngram_coverage, s.seed, embed=embed if embed is not None else text_embedder(s.embed),
-                         embedding_threshold=s.embedding_threshold)
-
-
-def model_identity(spec: ModelSpec) -> str:
-    """Return what makes ``spec``'s answers: its settings and, for a local model, its weights' content."""
-    weights = spec.engine_kind.weights_path(spec.model)
-    ident = content_identity(weights) if weights is not None else ""
-    blob = spec.model_dump_json(exclude={"name"}) + ident
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-SERVED_GGUF = "model.gguf"
-"""A trained stage's model exported to GGUF (``training.serve_as: llamacpp``), beside its folder ``model/``."""
-
-
-def template_gguf(cfg: FlywheelConfig) -> Path | None:
-    """Return the GGUF ``cfg``'s target starts from (a registry name or a .gguf path), whose metadata and tokenizer
-    every export of its lineage copies; None (the bundled model) for a target given as a folder."""
-    model = cfg.target.model
-    if Path(model).expanduser().is_dir():  # a Hugging Face folder: no GGUF of its own
-        return None
-    try:
-        return resolve_model_path(model)
-    except ArenaError:
-        return None
-
-
-def base_export_path(cfg: FlywheelConfig, folder: Path) -> Path:
-    """Return where the untrained target (the Hugging Face ``folder``) is exported to GGUF for serving: the cache,
-    by the folder's content, so every workspace shares it."""
-    digest = content_identity(folder).split(":")[1][:16]
-    return cache_dir() / "gguf-export" / f"{folder.name}-{digest}-{cfg.training.serve_quantize}.gguf"
-
-
-def yield_key(cfg: FlywheelConfig, kind: str, selection: str, size: int | None = None) -> str:
-    """Return the key of a harvest's yield (``engines.speed``: the share of slice prompts that become data): what
-    decides it besides the models' answers: the target, the references, the judge, the harvest settings."""
-    blob = json.dumps({"target": cfg.target.model, "kind": kind, "selection": selection, "size": size,
-                       "references": [r.model_dump(mode="json") for r in cfg.references],
-                       "judge": cfg.judge.model_dump(mode="json"), "harvest": cfg.harvest.model_dump(mode="json")},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def export_key(cfg: FlywheelConfig) -> str:
-    """Return the key of a trained model's GGUF export time: the target it is trained from and the tensor type."""
-    return f"{cfg.target.model}|{cfg.training.serve_quantize}"
-
-
-def served_spec(spec: ModelSpec, gguf: str | Path) -> ModelSpec:
-    """Return the llamacpp spec that answers for the transformers ``spec`` from its GGUF export ``gguf``.
-
-    The name, ``mode``, ``prompt_format``, ``params`` (and every other contestant setting) stay the
-    target's; ``parallel`` is its ``batch_size`` (llama.cpp decodes that many greedy requests
-    together, as transformers batches them). In chat mode without a ``chat_template`` the folder's
-    own template (tokenizer_config.json or chat_template.jinja) is carried over, as transformers
-    would use it.
-    """
-    update: dict[str, Any] = {"engine": "llamacpp", "model": str(gguf), "parallel": spec.batch_size}
-    if spec.mode == "chat" and spec.chat_template is None and spec.chat_format is None:
-        template = folder_chat_template(resolve_hf_folder(spec.model))
-        if template is not None:
-            update["chat_template"] = template
-    return ModelSpec.model_validate({**spec.model_dump(), **update})
-
-
-def answering_as(served: ModelSpec, spec: ModelSpec) -> ModelSpec:
-    """Return ``served`` (a lineage model's llama.cpp spec) answering as ``spec``: its name, params and prompt format
-    (a sample's seed and shots, a stage's name)."""
-    return served.model_copy(update={"name": spec.name, "params": spec.params, "prompt_format": spec.prompt_format})
-
-
-def folder_chat_template(folder: Path) -> str | None:
-    """Return the chat template a Hugging Face folder's tokenizer carries (None: it has none)."""
-    jinja = folder / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text()
-    try:
-        template = json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template")
-    except (OSError, ValueError):
-        return None
-    return template if isinstance(template, str) else None
 
 
 # ---- the report ----------------------------------------------------------------------------
