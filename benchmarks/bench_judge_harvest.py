@@ -36,7 +36,7 @@ from typing import Any
 
 from arena_learning.flywheel.export import read_items
 from arena_learning.flywheel.harvest import SFTItem
-from arena_learning.flywheel.rounds import slice_set
+from arena_learning.flywheel.slices import slice_set
 from arena_learning.rating.paired import exact_answers
 from arena_learning.records import Prompt
 from arena_learning.store import DEFAULT_SET, Store

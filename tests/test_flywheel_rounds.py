@@ -16,8 +16,8 @@ import yaml
 
 from arena_learning.config import validate_config
 from arena_learning.errors import ConfigError
-from arena_learning.flywheel.rounds import slice_prompts, task_slice
 from arena_learning.flywheel.settings import FlywheelConfig, SliceSpec
+from arena_learning.flywheel.slices import slice_prompts, task_slice
 from arena_learning.flywheel_state import load_state, state_path
 from arena_learning.tasks import generate_tasks
 
@@ -71,8 +71,8 @@ def test_a_flywheel_config_refuses_a_non_transformers_target_an_unknown_slice_an
 
 
 def test_a_stage_sweep_is_checked_when_the_config_loads_and_leaves_the_main_stage_as_it_was(tmp_path):
-    from arena_learning.flywheel.rounds import Flywheel
-    from arena_learning.store import Store
+    from arena_learning.flywheel.fingerprint import stage_fingerprint
+    from arena_learning.flywheel.schedule import StageStep, schedule
 
     def rounds(sweep):
         stage = {"kind": "dpo", "slice": "D1", **({"sweep": sweep} if sweep is not None else {})}
@@ -91,13 +91,18 @@ def test_a_stage_sweep_is_checked_when_the_config_loads_and_leaves_the_main_stag
     assert swept.training.settings("dpo", {"beta": 0.2}).beta == 0.2 and swept.training.dpo.beta == 0.3
     # The main stage's fingerprint is the same with or without a sweep (adding a variant redoes nothing);
     # each variant's differs from the main stage's and from the other's.
-    with Store(tmp_path / "ws") as store:
-        a, b = Flywheel(plain, store, show_progress=False), Flywheel(swept, store, show_progress=False)
-        st_plain, st_swept = plain.rounds[1].stages[0], swept.rounds[1].stages[0]
-        main = a._fingerprint(1, 0, st_plain, "x", None)
-        assert b._fingerprint(1, 0, st_swept, "x", None) == main
-        v1, v2 = (b._fingerprint(1, 0, st_swept, "x", v) for v in ("b0.2", "b0.5"))
-        assert len({main, v1, v2}) == 3
+    def fingerprints(cfg):
+        out = {}
+        for step in schedule(cfg, tmp_path, []):
+            if isinstance(step, StageStep):
+                step.made = True
+                step.fingerprint = stage_fingerprint(cfg, step, step.follows.fingerprint if step.follows else "x")
+                out[step.key] = step.fingerprint
+        return out
+
+    main, swept_fps = fingerprints(plain), fingerprints(swept)
+    assert swept_fps["r1.0-dpo"] == main["r1.0-dpo"]
+    assert len({main["r1.0-dpo"], swept_fps["r1.0-dpo-b0.2"], swept_fps["r1.0-dpo-b0.5"]}) == 3
 
 
 def test_the_search_example_is_the_world_example_with_a_dpo_and_an_rl_sweep_after_it():
@@ -384,7 +389,7 @@ def test_an_empty_stored_slice_is_a_clear_error_of_flywheel_and_plan(tmp_path):
 def test_a_stored_slice_loses_its_near_copies_of_every_test_set_in_the_workspace(tmp_path):
     from collections import Counter
 
-    from arena_learning.flywheel.rounds import slice_prompts
+    from arena_learning.flywheel.slices import slice_prompts
     from arena_learning.records import Prompt
     from arena_learning.store import Store
 

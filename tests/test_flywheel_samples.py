@@ -55,8 +55,8 @@ def test_the_first_shots_samples_see_the_few_shot_examples():
 
 
 def test_the_samples_few_shot_questions_stay_out_of_every_slice():
-    from arena_learning.flywheel.rounds import slice_prompts
     from arena_learning.flywheel.settings import FlywheelConfig
+    from arena_learning.flywheel.slices import slice_prompts
 
     taken = generate_tasks(6, seed=102 * 1000, categories=["arithmetic"], suite=2)  # what D1 would hold
     cfg = FlywheelConfig.model_validate({

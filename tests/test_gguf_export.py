@@ -17,7 +17,8 @@ import pytest
 from arena_learning.config import ModelSpec, validate_config
 from arena_learning.engines.gguf_export import export_gguf, marker_path
 from arena_learning.errors import ArenaError, ConfigError
-from arena_learning.flywheel.rounds import Flywheel, served_spec
+from arena_learning.flywheel.rounds import Flywheel
+from arena_learning.flywheel.serving import served_spec
 from arena_learning.flywheel.settings import FlywheelConfig, TrainingConfig
 
 from .test_flywheel_export import make_tiny

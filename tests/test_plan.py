@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -190,10 +191,10 @@ FLYWHEEL = {
 }
 
 
-@pytest.mark.slow
-def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
+def test_the_flywheel_plan_prices_the_runs_schedule_stage_by_stage():
     from arena_learning.config import validate_config
     from arena_learning.flywheel.plan import plan_flywheel
+    from arena_learning.flywheel.schedule import Evaluate, StageStep, schedule
     from arena_learning.flywheel.settings import FlywheelConfig
 
     # The shape of a longer run: dpo and rl (with a reward model) stages, an ablation, evaluation after every stage.
@@ -225,6 +226,23 @@ def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
     assert firsts == ["ref-2shot", "student-base", "student-r0-sft", "student-r0-sft-random"]
     assert "sft on <= 6 examples" in by[("r0.0-sft (D0)", "train", "student-r0-sft")].note
     assert "rm on <= 5 pairs" in by[("r1.1-rl (D1)", "train", "student-r1-rl (reward model)")].note
+    # the runner's steps (Flywheel.run executes the same schedule), in the same order
+    walked = []
+    for step in schedule(longer, Path("flywheel"), ["random"]):
+        if isinstance(step, StageStep):
+            step.made = True
+            walked.append(step.label)
+        elif isinstance(step, Evaluate):
+            walked.append(f"evaluate after {step.after.key}")
+    assert walked == stages
+
+
+@pytest.mark.slow
+def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
+    from arena_learning.config import validate_config
+    from arena_learning.flywheel.plan import plan_flywheel
+    from arena_learning.flywheel.settings import FlywheelConfig
+
     # The run itself: a plan before it (no workspace yet) counts per model the calls the ledger then holds. The
     # target answers as the quickstart's does: through llama.cpp from its GGUF export, whose calls the plan of a
     # finished run must find in the ledger under the export's identity.

@@ -10,8 +10,8 @@ import pytest
 
 from arena_learning.config import RunConfig, load_config_file
 from arena_learning.errors import ConfigError
-from arena_learning.flywheel.rounds import task_slice
 from arena_learning.flywheel.settings import SliceSpec
+from arena_learning.flywheel.slices import task_slice
 from arena_learning.tasks import check, check_date, generate_tasks, suite_categories
 from arena_learning.tasks.shortcuts import POLICIES, SurfaceChance, follows_shortcut, policy_exact
 from arena_learning.tasks.world import CATEGORIES, CATEGORY_INFO, WORDS

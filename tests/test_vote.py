@@ -18,7 +18,7 @@ from arena_learning.config import ModelSpec, RunConfig, VoteSpec, validate_confi
 from arena_learning.engines import build_engine
 from arena_learning.engines.calls import request_key
 from arena_learning.errors import ConfigError
-from arena_learning.flywheel.rounds import model_identity
+from arena_learning.flywheel.serving import model_identity
 from arena_learning.plan import plan_run
 from arena_learning.records import Prompt, Rating
 from arena_learning.store import Store

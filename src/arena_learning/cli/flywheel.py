@@ -338,9 +338,11 @@ def harvest_command(
     from ..arena.canaries import judge_risk_error
     from ..flywheel.export import export_items
     from ..flywheel.harvest import PreferenceItem, SFTItem, per_model_counts, select_pairs, select_sft
+    from ..flywheel.kinds import DATA_KINDS
 
-    if kind not in ("sft", "dpo", "rm"):
-        raise ArenaError(f"--kind {kind!r}: use sft, dpo or rm")
+    if kind not in DATA_KINDS:
+        raise ArenaError(f"--kind {kind!r}: use {', '.join(list(DATA_KINDS)[:-1])} or {list(DATA_KINDS)[-1]}")
+    data = DATA_KINDS[kind]
     if old_set_name is not None:
         if set_name != DEFAULT_SET and set_name != old_set_name:
             raise ArenaError(f"--set {old_set_name!r} and --prompt-set {set_name!r} name two prompt sets: "
@@ -372,7 +374,7 @@ def harvest_command(
     for m in chosen or []:
         if m not in in_battles:
             raise ArenaError(f"--models: {m!r} has no battles in set {set_name!r} (models: {', '.join(order)})")
-    if kind == "sft":
+    if not data.pairs:
         target = target or (saved.get("battles") or {}).get("target")
         if target is None or target not in in_battles:
             raise ArenaError(f"--target: give the model trained (models with battles in {set_name!r}: "
@@ -389,12 +391,11 @@ def harvest_command(
         from ..flywheel.export import pair_rows, sft_rows, write_rows
         from ..flywheel.lineage import with_lineage
 
-        rows = sft_rows(items) if kind == "sft" else pair_rows(items)  # type: ignore[arg-type]  # kind says which
-        path = write_rows(with_lineage(rows, items, judges[0], battles), out, fmt,
-                          kind="sft" if kind == "sft" else "pairs")
+        rows = pair_rows(items) if data.pairs else sft_rows(items)  # type: ignore[arg-type]  # data says which
+        path = write_rows(with_lineage(rows, items, judges[0], battles), out, fmt, kind=data.export)
     else:
-        path = export_items(items, out, fmt, kind="sft" if kind == "sft" else "pairs")
-    what = "examples" if kind == "sft" else "pairs"
+        path = export_items(items, out, fmt, kind=data.export)
+    what = data.rows
     err_console.print(f"{len(items)} {kind} {what} from {len(battles)} battles in {set_name!r}; by model: "
                       + (", ".join(f"{m} {n}" for m, n in per_model_counts(items).items()) or "none"), highlight=False)
     typer.echo(str(path))

@@ -50,10 +50,10 @@ def format_of(path: str | Path, fmt: str | None = None) -> str:
 def _empty_like(kind: str) -> dict[str, Any]:
     """Return a row of ``kind`` ('sft' or 'pairs'), to give an empty export its columns."""
     turn = [{"role": "user", "content": ""}]
-    if kind == "sft":
-        return sft_rows([SFTItem(messages=turn, prompt_id="", score=0.0, target_score=0.0)])[0]
-    return pair_rows([PreferenceItem(prompt=turn, chosen=turn, rejected=turn, prompt_id="", chosen_score=0.0,
-                                     rejected_score=0.0)])[0]
+    if kind == "pairs":
+        return pair_rows([PreferenceItem(prompt=turn, chosen=turn, rejected=turn, prompt_id="", chosen_score=0.0,
+                                         rejected_score=0.0)])[0]
+    return sft_rows([SFTItem(messages=turn, prompt_id="", score=0.0, target_score=0.0)])[0]
 
 
 def write_rows(rows: list[dict[str, Any]], path: str | Path, fmt: str | None = None, kind: str = "sft") -> Path:

@@ -17,8 +17,9 @@ from ..records import Battle, Judgment
 from ..store import Store
 from .export import read_items
 from .harvest import PreferenceItem, SFTItem
+from .kinds import DATA_KINDS
 
-DATA_FILES = ("sft.jsonl", "dpo.jsonl", "rm.jsonl")
+DATA_FILES = tuple(k.file for k in DATA_KINDS.values())
 """The harvested data a flywheel stage keeps in its folder (flywheel/round-R/I-KIND/)."""
 
 

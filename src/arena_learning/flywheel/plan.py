@@ -1,10 +1,11 @@
 """The plan of a flywheel run, per round and stage: answer and judge calls, what is cached, tokens, cost, training.
 
-It walks the rounds as ``rounds.Flywheel.run`` does: a stage's current model and the references answer
-the stage's slice (sft: the target schedule, the current model against each reference; dpo and an
-rl stage with a reward model: the round robin), the stage trains a new model (and its ablation
-variants), and after each stage (``evaluate: stages``) or round every model rated so far answers the
-test set and all of them are judged in a round robin. A model the flywheel already had answer a set
+It prices the steps of the run's schedule (``schedule.schedule``, which ``rounds.Flywheel.run``
+executes): a stage's current model and the references answer the stage's slice (as its kind schedules
+the battles: sft, the current model against each reference; dpo and an rl stage with a reward model,
+the round robin), the stage trains a new model (and its ablation variants), and after each stage
+(``evaluate: stages``) or round every model rated so far answers the test set and all of them are
+judged in a round robin. Every stage is planned as making its model. A model the flywheel already had answer a set
 is not asked again; a model trained in the run has nothing in the ledger. Training lines give upper
 bounds: at most one example (or pair) per slice prompt, plus earlier rounds' harvests with replay.
 """
@@ -31,20 +32,19 @@ from ..plan import (
 )
 from ..records import Prompt
 from ..store import Store
-from .rounds import (
+from .kinds import REWARD_MODEL, train_kind
+from .schedule import Evaluate, StageStep, base_model, schedule
+from .serving import (
     SERVED_GGUF,
     answering_as,
     base_export_path,
     export_key,
     served_spec,
-    slice_prompts,
-    slice_set,
-    stage_folder,
-    stage_key,
     template_gguf,
     yield_key,
 )
 from .settings import FlywheelConfig, TrainSettings
+from .slices import slice_prompts, slice_set
 from .train import MODEL_DIR, stage_done
 
 
@@ -73,6 +73,10 @@ class _Walk:
         # serve_as llamacpp: a target-lineage model's ``model`` -> its GGUF export (Flywheel.serve_from)
         self.gguf_at: dict[str, Path] = {}
         self.base_gguf: Path | None = None  # the untrained target's export, where it exists
+        self.root = store.root / "flywheel" if store is not None else None
+        self.rows: dict[str, tuple[int, float | None]] = {}  # stage key -> (rows at most, rows expected; None: unknown)
+        self.harvested: dict[str, int] = {}  # data kind -> rows harvested so far (replay)
+        self.expected_h: dict[str, float | None] = {}  # data kind -> rows expected so far (recorded yields)
 
     def serving(self, spec: ModelSpec) -> tuple[ModelSpec, ModelSpec | None, str]:
         """Return how ``spec`` answers, as ``Flywheel.served`` serves it: (the spec whose calls the ledger holds,
@@ -139,17 +143,18 @@ class _Walk:
                                             note=f"done in an earlier run ({folder / MODEL_DIR}): not trained again"))
             return
         s = self.cfg.training
-        settings = {"sft": s.sft, "dpo": s.dpo, "rm": s.rm, "rl": s.rl}[kind]
+        tk = train_kind(kind)
+        settings = s.settings(kind)
         launch = s.launch
         how = launch.launcher if launch.launcher == "inprocess" else \
             f"{launch.launcher}, {launch.num_processes} processes"
-        what = {"sft": "examples", "dpo": "pairs", "rm": "pairs", "rl": "prompts"}[kind]
-        note = f"{kind} on <= {rows} {what} (slice {slice_name}), <= {_steps(settings, rows)} optimizer steps ({how})"
-        if kind == "rl":
+        note = (f"{kind} on <= {rows} {tk.rows} (slice {slice_name}), <= {_steps(settings, rows)} optimizer steps "
+                f"({how})")
+        if tk.on_prompts:
             note += f"; {s.rl.num_generations} completions sampled per prompt inside the trainer (no ledger calls)"
         line = PlanLine(stage=stage, step="train", model=model, note=note)
         self.time_training(line, kind, s.settings(kind, changes), rows if expected is None else expected,
-                           expected is not None or kind == "rl")
+                           expected is not None or tk.on_prompts)
         self.plan.lines.append(line)
 
     def time_training(self, line: PlanLine, kind: str, settings: TrainSettings, rows: float, known: bool) -> None:
@@ -170,7 +175,7 @@ class _Walk:
         fixed, per_step = rates
         steps = _steps(settings, rows)
         export = speed.export_seconds(timing.table, export_key(cfg)) if cfg.training.serve_as == "llamacpp" \
-            and kind != "rm" else None
+            and train_kind(kind).answers else None
         line.seconds = fixed + steps * per_step + (export or 0.0)
         line.timing = (f"{steps} steps of {per_step:.2f} s + {fixed:.0f} s loading and saving"
                        + (f" + {export:.0f} s GGUF export" if export else "")
@@ -185,22 +190,47 @@ class _Walk:
         y = speed.harvest_yield(self.ledger.timing.table, yield_key(self.cfg, kind, selection))
         return None if y is None else y * prompts
 
-    def stage_model(self, name: str, root: Path | None, r: int, i: int, kind: str,
-                    variant: str | None = None) -> ModelSpec:
-        """Return the model a stage makes; one not trained yet is fresh (nothing of it in the ledger)."""
-        where = stage_folder(root if root is not None else Path("flywheel"), r, i, kind, variant)
-        if root is None or not stage_done(where):
-            self.trained.add(name)
-        spec = self.cfg.target.model_copy(update={"name": name, "model": str(where / MODEL_DIR)})
-        self.gguf_at[spec.model] = where / SERVED_GGUF
-        return spec
+    def stage(self, step: StageStep, prompts: list[Prompt]) -> None:
+        """Add the lines of a stage step: its slice's answers and battles (a stage that harvests), then its training
+        (a reward model's first): at most one row per slice prompt, plus earlier rounds' harvests with replay."""
+        root = self.root
+        cfg = self.cfg
+        if root is None or not stage_done(step.folder):
+            self.trained.add(step.model.name)  # a model not trained yet is fresh: nothing of it in the ledger
+        self.gguf_at[step.model.model] = step.folder / SERVED_GGUF
+        data = step.kind.data.name
+        main = step.main
+        if main is not None:  # a variant: trains on as many rows as its stage
+            rows, expected = self.rows[main.key]
+        else:
+            if step.harvests:
+                if step.start.name in self.trained:  # a fresh model's samples are fresh too
+                    self.trained |= {m.name for m in step.samples}
+                self.answer_and_battle(step.answerers, prompts, slice_set(step.slice), step.label, *step.battles())
+            replay = cfg.harvest.replay and step.harvests
+            rows = len(prompts) + (self.harvested.get(data, 0) if replay else 0)
+            new_rows = self.expected_rows(step.spec.kind, step.selection, len(prompts)) if step.harvests else None
+            before_rows = self.expected_h.get(data, 0.0) if replay else 0.0
+            expected = None if new_rows is None or before_rows is None else new_rows + before_rows
+            self.rows[step.key] = rows, expected
+            if step.harvests:
+                self.harvested[data] = self.harvested.get(data, 0) + len(prompts)
+                self.expected_h[data] = expected
+        folder = step.folder if root is not None else None
+        if step.reward_model:
+            self.train(step.label, REWARD_MODEL.name, f"{step.model.name} (reward model)", rows, step.slice,
+                       folder / "rm" if folder is not None else None, expected)
+        # (an rl sweep variant uses its stage's reward model: no training of its own)
+        on_prompts = step.training.on_prompts
+        self.train(step.label, step.training.name, step.model.name, len(prompts) if on_prompts else rows, step.slice,
+                   folder, None if on_prompts else expected, step.changes)
 
     def run(self) -> Plan:
         cfg = self.cfg
         refs = list(cfg.references)
         test = pipeline.make_test_set(cfg.arena_config([cfg.target, *refs]), self.store)
         slices = {name: prompts for name, (prompts, _) in slice_prompts(cfg, test, self.store).items()}
-        current = cfg.target.model_copy(update={"name": f"{cfg.target.name}-base"})
+        current = base_model(cfg)
         self.find_base_export(current)
         if self.measure:
             base = self.serving(current)[0]
@@ -210,59 +240,13 @@ class _Walk:
                 from ..engines.speed import load_table
 
                 self.ledger.timing.table = load_table()  # with what was just measured
-        rated = [current] if cfg.evaluate_base else []
-        harvested: dict[str, int] = {}  # kind -> rows harvested so far (replay)
-        expected_h: dict[str, float | None] = {}  # kind -> rows expected so far (recorded yields; None: unknown)
-        root = self.store.root / "flywheel" if self.store is not None else None
-        for r, rnd in enumerate(cfg.rounds):
-            for i, st in enumerate(rnd.stages):
-                key = stage_key(r, i, st.kind)
-                label = f"{key} ({st.slice})"
-                prompts = slices[st.slice]
-                data_kind = {"sft": "sft", "dpo": "dpo", "rl": "rm"}[st.kind]
-                need_pairs = st.kind != "rl" or cfg.training.rl.reward == "model"
-                if need_pairs:
-                    schedule = ("target", current.name) if st.kind == "sft" else ("all", None)
-                    samples = cfg.harvest.samples.variants(current) if cfg.harvest.samples is not None else []
-                    if current.name in self.trained:  # a fresh model's samples are fresh too
-                        self.trained |= {m.name for m in samples}
-                    self.answer_and_battle([current, *refs, *samples], prompts, slice_set(st.slice), label,
-                                           *schedule)
-                rows = len(prompts) + (harvested.get(data_kind, 0) if cfg.harvest.replay and need_pairs else 0)
-                new_rows = self.expected_rows(st.kind, st.selection, len(prompts)) if need_pairs else None
-                before_rows = expected_h.get(data_kind, 0.0) if cfg.harvest.replay and need_pairs else 0.0
-                expected = None if new_rows is None or before_rows is None else new_rows + before_rows
-                same = [s for s in rnd.stages if s.kind == st.kind]
-                tag = f"r{r}-{st.kind}" if len(same) == 1 else f"r{r}.{i}-{st.kind}"
-                new = self.stage_model(f"{cfg.target.name}-{tag}", root, r, i, st.kind)
-                folder = stage_folder(root, r, i, st.kind) if root is not None else None
-                if st.kind == "rl" and cfg.training.rl.reward == "model":
-                    self.train(label, "rm", f"{new.name} (reward model)", rows, st.slice,
-                               folder / "rm" if folder is not None else None, expected)
-                self.train(label, st.kind, new.name, len(prompts) if st.kind == "rl" else rows, st.slice, folder,
-                           expected if st.kind != "rl" else None)
-                variants = []
-                if st.kind in ("sft", "dpo"):
-                    for b in cfg.harvest.baselines:
-                        v = self.stage_model(f"{new.name}-{b}", root, r, i, st.kind, b)
-                        self.train(f"{stage_key(r, i, st.kind, b)} ({st.slice})", st.kind, v.name, rows, st.slice,
-                                   stage_folder(root, r, i, st.kind, b) if root is not None else None, expected)
-                        variants.append(v)
-                for name in st.sweep:  # the same data and start, other settings
-                    v = self.stage_model(f"{new.name}-{name}", root, r, i, st.kind, name)
-                    vfolder = stage_folder(root, r, i, st.kind, name) if root is not None else None
-                    # (an rl variant uses the main stage's reward model: no training of its own)
-                    self.train(f"{stage_key(r, i, st.kind, name)} ({st.slice})", st.kind, v.name,
-                               len(prompts) if st.kind == "rl" else rows, st.slice, vfolder,
-                               expected if st.kind != "rl" else None, st.sweep[name])
-                    variants.append(v)
-                if need_pairs:
-                    harvested[data_kind] = harvested.get(data_kind, 0) + len(prompts)
-                    expected_h[data_kind] = expected
-                current = new
-                rated += [new, *variants]
-                if cfg.evaluate == "stages" or i == len(rnd.stages) - 1:
-                    self.answer_and_battle([*refs, *rated], test, pipeline.TEST_SET, f"evaluate after {key}")
+        for step in schedule(cfg, self.root if self.root is not None else Path("flywheel"),
+                             list(cfg.harvest.baselines)):
+            if isinstance(step, StageStep):
+                self.stage(step, slices[step.slice])
+                step.made = True  # as planned: every stage makes its model
+            elif isinstance(step, Evaluate):
+                self.answer_and_battle(step.models, test, pipeline.TEST_SET, f"evaluate after {step.after.key}")
         turns = sum(len(p.turns) for p in test)
         self.plan.notes.append(f"test set: {len(test)} prompts ({turns} user turns); slices: "
                                + ", ".join(f"{n} {len(p)}" for n, p in slices.items()))

@@ -31,6 +31,7 @@ from ..curate.settings import EmbedSettings, NearCopySettings
 from ..scale.launch import LaunchSettings
 from ..tasks import SUITES, suite_categories
 from ..tasks.shortcuts import CHANCE_FLOOR
+from .kinds import stage_kind
 
 PAPER = {
     "sft": {"learning_rate": 5e-6, "epochs": 3, "batch_size": 128},
@@ -190,7 +191,6 @@ class RLSettings(TrainSettings):
 
 # ---- the flywheel run ------------------------------------------------------------------
 
-STAGE_KINDS = ("sft", "dpo", "rl")
 BASELINES = ("all", "random", "longest")
 SWEEP_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,39}")
 
@@ -470,7 +470,7 @@ class FlywheelConfig(Section):
                                      f"({', '.join(self.pool)})")
                 for name in st.sweep:
                     self.training.settings(st.kind, st.sweep[name], where=f"rounds.{r}: stage {st.kind}, sweep {name}")
-                if st.kind == "rl" and self.training.rl.reward == "verifier" and self.pool[st.slice].set is not None:
+                if stage_kind(st.kind).verified(self.training) and self.pool[st.slice].set is not None:
                     raise ValueError(f"rounds.{r}: an rl stage with reward 'verifier' needs task-suite prompts; slice "
                                      f"{st.slice!r} is a stored set (use reward: model)")
         judges = [self.judge, *self.judge.members]

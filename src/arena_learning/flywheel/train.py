@@ -46,6 +46,7 @@ from ..flywheel_state import TrainSummary
 from ..records import Prompt
 from ..tasks.shortcuts import CHANCE_FLOOR, SurfaceChance
 from .harvest import PreferenceItem, SFTItem
+from .kinds import is_reward_model
 from .settings import DPOSettings, RLSettings, RMSettings, SFTSettings, TrainSettings
 
 if TYPE_CHECKING:
@@ -316,7 +317,7 @@ def _gathered_model(trainer: Any, tok: Any, stage: Path, kind: str) -> Any:
     if (parts / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM, AutoPeftModelForSequenceClassification
 
-        if kind == "rm":
+        if is_reward_model(kind):
             model = AutoPeftModelForSequenceClassification.from_pretrained(str(parts), num_labels=1,
                                                                            dtype=torch.float32)
         else:
@@ -325,9 +326,9 @@ def _gathered_model(trainer: Any, tok: Any, stage: Path, kind: str) -> Any:
     else:
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-        cls = AutoModelForSequenceClassification if kind == "rm" else AutoModelForCausalLM
+        cls = AutoModelForSequenceClassification if is_reward_model(kind) else AutoModelForCausalLM
         model = cls.from_pretrained(str(parts), dtype=torch.float32)
-    if kind == "rm":
+    if is_reward_model(kind):
         model.config.pad_token_id = tok.pad_token_id
     shutil.rmtree(parts, ignore_errors=True)
     return model
@@ -546,8 +547,8 @@ def train_rl(base: str | Path, prompts: Sequence[Prompt], stage: str | Path, set
     from datasets import Dataset
 
     # RLOO and GRPO take the same arguments here: one code path for both, typed loosely
-    Config: Any = trl.RLOOConfig if s.algorithm == "rloo" else trl.GRPOConfig
-    Trainer: Any = trl.RLOOTrainer if s.algorithm == "rloo" else trl.GRPOTrainer
+    trainers = {"rloo": (trl.RLOOConfig, trl.RLOOTrainer), "grpo": (trl.GRPOConfig, trl.GRPOTrainer)}
+    Config, Trainer = trainers[s.algorithm]
     model, tok = _load_causal(base_p)
     tok.padding_side = "left"
     common = _common_args(s, stage_p / WORK_DIR, len(rows), run)

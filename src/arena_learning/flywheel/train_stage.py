@@ -22,6 +22,7 @@ from ..errors import ArenaError
 from ..records import Prompt
 from . import train as training
 from .export import read_items
+from .kinds import train_kind
 from .settings import DPOSettings, RLSettings, RMSettings, SFTSettings, TrainSettings
 
 JOB_FILE = "job.json"
@@ -75,7 +76,8 @@ def run_job(job: StageJob) -> training.TrainResult:
     settings = validate_config(job.settings, SETTINGS[job.kind], f"the {job.kind} settings of {job.stage}")
     run = training.RunOptions(mixed_precision=job.mixed_precision, cpu=job.cpu, launched=True)
     kw: dict[str, Any] = {"spec": job.target, "run": run}
-    if job.kind == "rl":
+    kind = train_kind(job.kind)
+    if kind.on_prompts:
         if job.prompts is None:
             raise ArenaError(f"stage job for {job.stage}: an rl stage needs prompts")
         lines = Path(job.prompts).read_text(encoding="utf-8").splitlines()
@@ -85,8 +87,9 @@ def run_job(job: StageJob) -> training.TrainResult:
     if job.data is None:
         raise ArenaError(f"stage job for {job.stage}: a {job.kind} stage needs its data file")
     items = read_items(job.data)
-    fn = {"sft": training.train_sft, "dpo": training.train_dpo, "rm": training.train_reward}[job.kind]
-    return fn(job.base, items, job.stage, settings, **kw)  # type: ignore[operator]  # fn's settings type follows kind
+    fn: Any = kind.trainer_fn()  # its settings' type follows the kind
+    result: training.TrainResult = fn(job.base, items, job.stage, settings, **kw)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
