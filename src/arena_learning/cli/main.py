@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -22,8 +21,8 @@ from ..errors import ArenaError
 from ..records import Rating
 from ..scale import scaled
 from ..store import Store
-from .consoles import print_manifest_line, write_csv_manifest
-from .errors import user_errors
+from .consoles import print_manifest_line, stderr_console, stdout_console, write_csv_manifest
+from .errors import user_errors, write_report_or_warn
 from .options import ray_overrides
 from .tables import print_leaderboard
 
@@ -33,9 +32,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console(width=None if sys.stdout.isatty() else 120)  # results only, so `--json` output can be piped
+console = stdout_console()  # results only, so `--json` output can be piped
 # progress, call stats, warnings; 120 columns when stderr is a file or pipe (CI logs), so tables are not squeezed
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+err_console = stderr_console()
 
 
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run config (see examples/quickstart.yaml)")]
@@ -96,14 +95,7 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None, 
     if not json_out and result.ratings:
         print_manifest_line(pipeline.workspace_manifest(store.root))
     # The report is optional: if it fails, the finished results stay in the workspace and the run succeeds.
-    from ..report.html import write_report
-
-    try:
-        err_console.print(f"report: {write_report(store.root)}")
-    except Exception as err:
-        err_console.print("[yellow]warning:[/] the HTML report failed " + escape(
-            f"({type(err).__name__}: {err}); the results are kept in {store.root}; retry with "
-            f"`arena report {store.root}`"), highlight=False, soft_wrap=True)
+    write_report_or_warn(store.root, err_console)
 
 
 @app.command()
