@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_serializer
 
 from .errors import ArenaError
 from .files import write_json
@@ -48,10 +48,15 @@ class PhaseSeconds(Record):
 
 
 class TrainSummary(Record):
-    """What one trainer run did (``flywheel.train.TrainResult.summary``)."""
+    """What one trainer run did: what the training functions (``flywheel.train``) return, what the flywheel
+    state keeps of a stage's training, and what a finished stage's done file holds.
+
+    ``reused`` and ``log`` are of the run in this process only: they are never written (the log is in the
+    stage's ``losses.json``), so the state and done files hold the same fields as ever.
+    """
 
     kind: str
-    model_dir: str
+    model_dir: Path = Field(description="the trained model's folder (written as a string)")
     examples: int = 0
     steps: int = 0
     seconds: float = 0.0
@@ -59,6 +64,13 @@ class TrainSummary(Record):
     s_per_step: float | None = None
     peak_rss_mb: float = 0.0
     resumed_from: str | None = None
+    reused: bool = Field(False, exclude=True, description="read back from a stage that had finished, not trained")
+    log: list[dict[str, Any]] = Field(default_factory=list, exclude=True,
+                                      description="the trainer's log history (kept in the stage's losses.json)")
+
+    @field_serializer("model_dir")
+    def _model_dir(self, value: Path) -> str:
+        return str(value)
 
 
 class Delta(Record):

@@ -60,6 +60,7 @@ from ..flywheel_state import (
     RunRecord,
     SliceRecord,
     StageRecord,
+    TrainSummary,
     load_state,
     save_state,
 )
@@ -623,7 +624,7 @@ class Flywheel:
                     # a sweep variant changes the RL settings only: the main stage's reward model serves it too
                     home = stage_folder(self.root, rec.round, rec.stage, "rl") if rec.sweep is not None else folder
                     rm = self.train_one("rm", current.model, home / "rm", items=items)
-                    rec.rm = rm.summary()
+                    rec.rm = rm
                     self._record_training("rm", rm, None)
                     reward_model = rm.model_dir
                 res = self.train_one("rl", current.model, folder, prompts=self._slices[stage.slice],
@@ -634,7 +635,7 @@ class Flywheel:
             self._save_state()
             return current, rec
         rec.seconds.train = round(time.perf_counter() - t2, 1)
-        rec.train = res.summary()
+        rec.train = res
         self._record_training(stage.kind, res, rec.sweep)
         rec.train_loss = res.train_loss
         rec.status = "done"
@@ -643,9 +644,9 @@ class Flywheel:
                  f"{res.seconds:.0f} s" + (f" (resumed from {res.resumed_from})" if res.resumed_from else ""))
         return out_spec, rec
 
-    def _record_training(self, kind: str, res: training.TrainResult, changes: dict[str, Any] | None) -> None:
+    def _record_training(self, kind: str, res: TrainSummary, changes: dict[str, Any] | None) -> None:
         """Add a training run that ran whole here to the machine's record (``arena plan``'s minutes)."""
-        summary = res.summary()
+        summary = res
         if summary.resumed_from is None and summary.steps > 0:
             key = speed.training_key(self.cfg.target.model, kind, self.cfg.training.settings(kind, changes),
                                      self.cfg.training.launch)
@@ -653,7 +654,7 @@ class Flywheel:
 
     def train_one(self, kind: Literal["sft", "dpo", "rm", "rl"], base: str, folder: Path, *, items: Sequence[Any] = (),
                   prompts: Sequence[Prompt] = (), reward_model: Path | None = None,
-                  changes: dict[str, Any] | None = None) -> training.TrainResult:
+                  changes: dict[str, Any] | None = None) -> TrainSummary:
         """Train ``kind`` (sft, dpo, rm or rl) from ``base`` into ``folder``, in process or launched (``launch``),
         with a sweep variant's ``changes`` to ``training.KIND``."""
         settings: Any = self.cfg.training.settings(kind, changes)
@@ -662,7 +663,7 @@ class Flywheel:
         if launch.launcher == "inprocess":
             if kind == "rl":
                 return training.train_rl(base, prompts, folder, settings, spec=spec, reward_model=reward_model)
-            trainers: dict[str, Callable[..., training.TrainResult]] = {
+            trainers: dict[str, Callable[..., TrainSummary]] = {
                 "sft": training.train_sft, "dpo": training.train_dpo, "rm": training.train_reward}
             return trainers[kind](base, items, folder, settings, spec=spec)
         done_kind = settings.algorithm if kind == "rl" else kind
