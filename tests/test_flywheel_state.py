@@ -12,8 +12,6 @@ from arena_learning.flywheel_state import (
     EVIDENCE_KEYS,
     STATE_VERSION,
     Delta,
-    ExactAnswers,
-    ExactCount,
     FlywheelState,
     StageRecord,
     TrainSummary,
@@ -21,6 +19,7 @@ from arena_learning.flywheel_state import (
     save_state,
     state_path,
 )
+from arena_learning.records import ExactAnswers, ExactCount
 
 TRAIN = {"kind": "sft", "model_dir": "/ws/flywheel/round-0/0-sft/model", "examples": 6, "steps": 2, "seconds": 31.52,
          "train_loss": 2.4125, "s_per_step": 15.76, "peak_rss_mb": 2210.4, "resumed_from": None}

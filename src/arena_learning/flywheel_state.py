@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, field_serializer
 
 from .errors import ArenaError
 from .files import write_json
-from .records import Rating, Record
+from .records import ExactAnswers, Rating, Record
 
 STATE_VERSION = 2
 """1: the dict of string keys before records (no ``version`` key); 2: these records. Fields added to them since
@@ -85,21 +85,6 @@ class Delta(Record):
     ci_low: float | None = None
     ci_high: float | None = None
     p_better: float | None = Field(None, description="share of bootstrap rounds rating the model above vs")
-
-
-class ExactCount(Record):
-    """Exact answers (checker score 10) on the test set; gained / lost: prompts right here and wrong in ``vs``,
-    and the reverse (None without a model to compare to)."""
-
-    n: int = 0
-    of: int = Field(0, description="test prompts of the model checked")
-    gained: int | None = None
-    lost: int | None = None
-
-
-class ExactAnswers(ExactCount):
-    vs: str | None = None
-    per_category: dict[str, ExactCount] = Field(default_factory=dict)
 
 
 class Measured(Record):

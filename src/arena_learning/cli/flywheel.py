@@ -17,7 +17,8 @@ from rich.table import Table
 
 from ..config import load_config_file
 from ..errors import ArenaError
-from ..flywheel_state import Delta, ExactAnswers, RatedModel, RoundRow, SliceRecord, StageRecord
+from ..flywheel_state import Delta, RatedModel, RoundRow, SliceRecord, StageRecord
+from ..records import ExactAnswers
 from ..store import DEFAULT_SET, Store
 from .consoles import print_manifest_line, stderr_console, stdout_console
 from .errors import user_errors, write_report_or_warn
