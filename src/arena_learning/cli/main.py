@@ -393,14 +393,21 @@ def serve(
     api_key_env: Annotated[str | None, typer.Option(
         "--api-key-env", help="require 'Authorization: Bearer KEY', KEY read from this environment variable")] = None,
     faults: Annotated[str | None, typer.Option(
-        help="inject faults for reliability tests, e.g. 'all=0.3;seed=1' or "
-             "'429=0.1,reset=0.05,null_content=0.05'")] = None,
+        help="a test feature: inject faults into the completion requests, to try a client against a flaky "
+             "endpoint (the reliability tests do). KIND=RATE for 429, 500, 502, 503, reset, timeout, truncated, "
+             "invalid_json, empty_choices, null_content, slow, or all=RATE spread evenly, plus seed, "
+             "retry_after, slow_s, timeout_s; e.g. 'all=0.3;seed=1' or '429=0.1,reset=0.05,null_content=0.05'. "
+             "GET /health counts each fault injected")] = None,
 ) -> None:
-    """Serve a configured model over an OpenAI-compatible HTTP API."""
+    """Serve a configured model over an OpenAI-compatible HTTP API.
+
+    With --faults it is also a fault injector for testing clients (see Reliability in the docs).
+    """
     import os
 
     from ..engines import build_engine
-    from ..engines.server import FaultSpec, is_loopback
+    from ..engines.faults import FaultSpec
+    from ..engines.server import is_loopback
     from ..engines.server import serve as run_server
 
     api_key = None
