@@ -169,6 +169,11 @@ def lc_winrate_command(
     stdout_console().print(table)
     if not all(r.length_identified for r in rows):
         stdout_console().print("* its own length term is not identified (see the warning)", highlight=False)
+    left_out = [r for r in rows if r.unknown_length]
+    if left_out:
+        stdout_console().print(escape("battles left out, an answer's length unknown: "
+                                      + ", ".join(f"{r.model} {r.unknown_length}" for r in left_out)),
+                               highlight=False, soft_wrap=True)
 
 
 def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
