@@ -271,10 +271,12 @@ class LlamaCppEngine(Engine):
     def batch_stats(self) -> dict[str, int]:
         """Return the batched context's counters: decode steps, tokens decoded, most sequences in one step, and
         the steps that only decode (each sequence one generated token) apart from those evaluating prompt tokens,
-        with their tokens and milliseconds (the decode-only rate: decode_tokens / decode_ms)."""
+        with their tokens and milliseconds (the decode-only rate: decode_tokens / decode_ms), and the bytes of
+        answers left out of their text for not being UTF-8 (undecodable; each warned)."""
         key = (*_model_key(self.spec), self.spec.parallel)
         b = _BATCHERS.peek(key)
-        counts = ("steps", "evaluated", "peak", "decode_steps", "decode_tokens", "prefill_steps", "prefill_tokens")
+        counts = ("steps", "evaluated", "peak", "decode_steps", "decode_tokens", "prefill_steps", "prefill_tokens",
+                  "undecodable")
         if b is None:
             return {"size": self.spec.parallel, **dict.fromkeys(counts, 0), "decode_ms": 0, "prefill_ms": 0}
         return {"size": b.size, **{c: getattr(b, c) for c in counts}, "decode_ms": round(b.decode_s * 1000),
