@@ -23,7 +23,7 @@ from ..scale import scaled
 from ..store import Store
 from .consoles import print_manifest_line, stderr_console, stdout_console, write_csv_manifest
 from .errors import user_errors, write_report_or_warn
-from .options import ray_overrides
+from .options import LeaderboardOptions, ray_overrides
 from .tables import print_leaderboard
 
 app = typer.Typer(
@@ -204,39 +204,36 @@ def leaderboard(
                            "program version")] = False,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
-    if manifest:
+    options = LeaderboardOptions(by=by, csv=csv, style_control=style_control, baseline=baseline, judge=judge,
+                                 diff=diff, manifest=manifest)
+    mode = options.mode(lambda: _imported_only(workspace))
+    if mode == "manifest":
         found = pipeline.workspace_manifest(workspace)
         if found is None:
             raise ArenaError(f"{workspace} holds no run: a manifest describes a run's board")
         sys.stdout.write(json.dumps(found, indent=2) + "\n")
         return
-    if diff is not None:
-        if by is not None or style_control or baseline is not None or csv is not None:
-            raise ArenaError("--diff compares two models: it goes without --by, --style-control, --baseline and --csv")
+    if mode == "diff":
         from .rating import diff_board
 
+        assert diff is not None  # the mode
         diff_board(workspace, diff[0], diff[1], json_out, judge)
         return
-    # no run here, only imported judgments: the board of the only judge (judge_board picks it, or asks for --judge)
-    imported = judge is None and baseline is None and by is None and not style_control and _imported_only(workspace)
-    if baseline is not None or judge is not None or imported:
+    if mode in ("baseline", "judge"):
         from .peers import baseline_board, judge_board
 
-        if by is not None or style_control:
-            raise ArenaError("--baseline and --judge go without --by and --style-control: give one kind of board")
         if baseline is not None:
             baseline_board(workspace, baseline, json_out, judge)
         else:
             judge_board(workspace, judge, json_out, csv)
         return
-    if by is not None and (style_control or csv is not None):
-        raise ArenaError("--by prints one board per group: it goes without --style-control and --csv")
-    if style_control:
+    if mode == "style":
         _style_board(workspace, json_out)
         return
-    if by is not None:
+    if mode == "groups":
         from .scores import print_group_boards
 
+        assert by is not None  # the mode
         print_group_boards(workspace, by, json_out)
         return
     ratings = pipeline.workspace_board(workspace)
