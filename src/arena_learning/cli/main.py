@@ -403,8 +403,8 @@ def serve(
     import os
 
     from ..engines import build_engine
-    from ..engines.faults import FaultSpec
-    from ..engines.server import is_loopback
+    from ..engines.faults import FaultSpec, install_faults
+    from ..engines.server import is_loopback, make_app
     from ..engines.server import serve as run_server
 
     api_key = None
@@ -429,8 +429,10 @@ def serve(
         raise ArenaError(f"model {spec.name!r} has vote (k={spec.vote.k} samples per answer, picked by the arena's "
                          f"answer stage); `arena serve` answers one completion per request: serve a copy of the "
                          f"model without vote")
-    engine = build_engine(spec)
-    run_server(spec.name, engine, host=host, port=port, api_key=api_key, faults=fault_spec)
+    server = make_app(spec.name, build_engine(spec), api_key=api_key)
+    if fault_spec is not None:
+        install_faults(server, fault_spec)  # a test feature, outside the server itself
+    run_server(server, host=host, port=port)
 
 
 @app.command()

@@ -23,15 +23,12 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
 
 from .base import CallFailed, Completion, Engine, Request, RequestTooLarge
-
-if TYPE_CHECKING:
-    from .faults import FaultSpec
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -260,14 +257,8 @@ def _usage(out: Any) -> dict[str, int]:
     }
 
 
-def serve(name: str, engine: Engine, host: str = "127.0.0.1", port: int = 8000, *, api_key: str | None = None,
-          faults: FaultSpec | None = None) -> None:
-    """Serve ``engine`` until interrupted; with ``faults`` (``arena serve --faults``), inject them."""
-    from .faults import install_faults
-
-    app = make_app(name, engine, api_key=api_key)
-    if faults is not None:
-        install_faults(app, faults)
+def serve(app: web.Application, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve ``app`` (``make_app``'s, with whatever middleware was installed on it) until interrupted."""
     web.run_app(app, host=host, port=port, print=lambda msg: print(msg, flush=True))
 
 
