@@ -51,7 +51,7 @@ def main() -> int:
                               "max_length": 64, "lora": LoraSettings(r=16, alpha=32), "save_steps": 1000,
                               "warmup_ratio": 0.0, "threads": args.threads}
     base = bundled_hf_folder()
-    runs: dict[str, Callable[[str], train.TrainResult]] = {
+    runs: dict[str, Callable[[str], train.TrainSummary]] = {
         "sft": lambda d: train.train_sft(base, sft, d, SFTSettings(**common, learning_rate=2e-4), spec=target),
         "dpo": lambda d: train.train_dpo(base, pairs, d, DPOSettings(**{**common, "micro_batch_size": 4},
                                                                      learning_rate=5e-5, beta=0.1,

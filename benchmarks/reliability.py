@@ -67,10 +67,12 @@ def serve(port: int, faults: str, log: str) -> None:
     """Serve the stand-in with faults; append every request's key and outcome to ``log`` (one line each)."""
     from aiohttp import web
 
-    from arena_learning.engines.server import FaultSpec, make_app
+    from arena_learning.engines.faults import FaultSpec, install_faults
+    from arena_learning.engines.server import make_app
 
-    spec = FaultSpec.parse(faults) if faults else None
-    app = make_app(["m", "jm"], _stand_in(), faults=spec)  # the contestants model m, the judge jm
+    app = make_app(["m", "jm"], _stand_in())  # the contestants model m, the judge jm
+    if faults:
+        install_faults(app, FaultSpec.parse(faults))
     fh = open(log, "a", buffering=1)
 
     @web.middleware

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import platform
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -41,16 +40,10 @@ class Figure:
 
 
 def machine() -> str:
-    """Return a short description of this machine: cores and CPU model."""
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model}"
+    """Return a short description of this machine: cores and CPU model (``llama_check.cpu_info``'s)."""
+    from arena_learning.engines.llama_check import cpu_info
+
+    return f"{os.cpu_count()} cores, {cpu_info()['model']}"
 
 
 def commit() -> str:

@@ -144,3 +144,20 @@ def test_a_workspace_path_that_is_a_file_is_an_error(tmp_path):
     (tmp_path / "afile").write_text("x")
     code, out = run_cli("answer", cfg, "-w", tmp_path / "afile")
     assert code == 2 and "cannot use" in out and "as a workspace" in out
+
+
+def test_a_report_that_fails_is_a_warning_with_the_command_to_retry(tmp_path):
+    # `arena run` and `arena flywheel` both end with this: the results stay, the command succeeds
+    import io
+
+    from rich.console import Console
+
+    from arena_learning.cli.errors import write_report_or_warn
+
+    ws = tmp_path / "ws [1]"  # brackets stay text, never markup
+    (ws / "report.html").mkdir(parents=True)  # the report cannot be written there
+    out = io.StringIO()
+    write_report_or_warn(ws, Console(file=out, width=400))
+    text = out.getvalue()
+    assert text.startswith("warning: the HTML report failed (")
+    assert f"the results are kept in {ws}; retry with `arena report {ws}`" in text

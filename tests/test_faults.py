@@ -20,7 +20,8 @@ from arena_learning.config import ModelSpec
 from arena_learning.engines import build_engine
 from arena_learning.engines.base import Completion, Engine, Request
 from arena_learning.engines.calls import CallStats, run_requests
-from arena_learning.engines.server import FAULT_KINDS, FaultSpec, is_loopback, make_app
+from arena_learning.engines.faults import FAULT_KINDS, FaultSpec, install_faults
+from arena_learning.engines.server import is_loopback, make_app
 from arena_learning.errors import ArenaError
 from arena_learning.store import Store
 
@@ -40,7 +41,8 @@ class InstantModel(Engine):
 
 def serve(faults: FaultSpec | None, api_key: str | None = None) -> ThreadServer:
     spec = ModelSpec(name="m", engine="imported")
-    return ThreadServer(make_app("m", InstantModel(spec), api_key=api_key, faults=faults))
+    app = make_app("m", InstantModel(spec), api_key=api_key)
+    return ThreadServer(install_faults(app, faults) if faults is not None else app)
 
 
 def client(url: str, **kw) -> Engine:
@@ -98,6 +100,23 @@ def test_thirty_percent_faults_lose_nothing_and_a_clean_rerun_completes(tmp_path
     finally:
         fresh.close()
     assert [c.text for c in final] == [c.text for c in reference]
+
+
+def test_faults_come_only_from_the_installed_middleware_and_after_the_key_check():
+    # the server itself never injects; install_faults adds the injector inside the API-key check
+    ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    key = {"Authorization": "Bearer k"}
+    for faults, status in ((None, 200), (FaultSpec.parse("500=1"), 500)):
+        srv = serve(faults, api_key="k")
+        try:
+            assert httpx.post(srv.url + "/chat/completions", json=ask, headers=key).status_code == status
+            assert httpx.post(srv.url + "/chat/completions", json=ask).status_code == 401  # never a fault
+            assert httpx.get(srv.url + "/models", headers=key).status_code == 200  # only completions get faults
+            health = httpx.get(srv.url.removesuffix("/v1") + "/health").json()
+        finally:
+            srv.close()
+        assert health["faults"] == ({} if faults is None else {"500": 1})
+        assert health["ok"] == (1 if faults is None else 0)
 
 
 def test_a_bearer_token_is_required_when_set(tmp_path):

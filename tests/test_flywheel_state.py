@@ -12,8 +12,6 @@ from arena_learning.flywheel_state import (
     EVIDENCE_KEYS,
     STATE_VERSION,
     Delta,
-    ExactAnswers,
-    ExactCount,
     FlywheelState,
     StageRecord,
     TrainSummary,
@@ -21,6 +19,7 @@ from arena_learning.flywheel_state import (
     save_state,
     state_path,
 )
+from arena_learning.records import ExactAnswers, ExactCount
 
 TRAIN = {"kind": "sft", "model_dir": "/ws/flywheel/round-0/0-sft/model", "examples": 6, "steps": 2, "seconds": 31.52,
          "train_loss": 2.4125, "s_per_step": 15.76, "peak_rss_mb": 2210.4, "resumed_from": None}
@@ -158,3 +157,38 @@ def test_a_state_this_version_cannot_read_is_refused_with_what_to_do(tmp_path, t
     if "newer" not in message:
         with pytest.raises(ArenaError, match="move it away to start the flywheel's bookkeeping afresh"):
             load_state(path)
+
+
+# A finished stage's done file as the code before the one training record wrote it (TrainResult.summary()).
+OLD_DONE = ('{"kind": "dpo", "model_dir": "/ws/flywheel/round-1/0-dpo/model", "examples": 48, "steps": 6, '
+            '"seconds": 41.24, "train_loss": 0.6931, "s_per_step": 6.87, "peak_rss_mb": 2519.5, '
+            '"resumed_from": "/ws/flywheel/round-1/0-dpo/work/checkpoint-4"}')
+
+
+def test_a_done_file_and_a_state_written_before_the_one_training_record_load_and_are_written_alike(tmp_path):
+    import json
+
+    from arena_learning.flywheel import train
+
+    stage = tmp_path / "moved" / "0-dpo"
+    (stage / train.MODEL_DIR).mkdir(parents=True)
+    (stage / train.MODEL_DIR / train.DONE_MARK).write_text(OLD_DONE)
+    (stage / train.LOSSES).write_text(json.dumps({**json.loads(OLD_DONE), "done": True, "log": [{"loss": 0.69}]}))
+    done = train.done_result(stage, "dpo")
+    assert isinstance(done, TrainSummary) and done.reused and done.log == [{"loss": 0.69}]
+    # where the stage is now, not where it was trained; nothing was resumed in this run
+    assert done.model_dir == stage / train.MODEL_DIR and done.resumed_from is None
+    assert (done.steps, done.seconds, done.peak_rss_mb) == (6, 41.24, 2519.5)
+    # written back, the record has the old file's fields and values, and nothing of this run (reused, log)
+    again = TrainSummary.model_validate_json(OLD_DONE)
+    assert json.dumps(again.model_dump()) == OLD_DONE
+    assert json.loads(done.model_dump_json()) == {**json.loads(OLD_DONE), "model_dir": str(stage / "model"),
+                                                  "resumed_from": None}
+    # in the flywheel state too
+    state = FlywheelState.model_validate({"version": STATE_VERSION,
+                                          "stages": {"r1.0-dpo": {"key": "r1.0-dpo", "round": 1, "kind": "dpo",
+                                                                   "status": "done", "train": json.loads(OLD_DONE)}}})
+    path = tmp_path / "state.json"
+    save_state(state, path)
+    assert json.loads(path.read_text())["stages"]["r1.0-dpo"]["train"] == json.loads(OLD_DONE)
+    assert load_state(path).stages["r1.0-dpo"].train == again

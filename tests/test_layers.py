@@ -1,4 +1,5 @@
-"""The layering: engines and tasks below curate and arena; the CLI and Typer only on top; no import cycle anywhere."""
+"""The layering: engines and tasks below curate and arena; the CLI and Typer only on top; printing (rich) only in
+the CLI and the report; no import cycle anywhere."""
 
 from __future__ import annotations
 
@@ -29,17 +30,22 @@ FORBIDDEN = {
     "config": PARTS - {"config", "errors", "engine_kinds", "records"},
     "store": PARTS - {"store", "errors", "records"},
     "readers": PARTS - {"readers", "errors", "records"},
+    "progress": PARTS - {"progress"},
     # the stages: below the flywheel, the report, the planner and the CLI
     "pipeline": {"cli", "report", "flywheel", "plan", "scale"},
     "plan": {"cli", "report", "flywheel", "scale"},
 }
 
 
-def imports_of(path: Path) -> set[tuple[str, str]]:
-    """Return (top-level module, first part inside arena_learning or '') of every import in ``path``."""
+def imports_of(path: Path, source: str | None = None) -> set[tuple[str, str]]:
+    """Return (top-level module, first part inside arena_learning or '') of every import in ``path``.
+
+    ``source`` stands for the file's text (a test's own code, as if it were that file).
+    """
     rel = path.relative_to(PKG).parts
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    text = path.read_text(encoding="utf-8") if source is None else source
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
             out.update((alias.name.split(".")[0], "") for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -68,6 +74,29 @@ def test_domain_packages_respect_the_layers(package):
             if top == "typer" or (top == "arena_learning" and inner in FORBIDDEN[package]):
                 bad.append(f"{path.relative_to(PKG)} imports {top}.{inner}".rstrip("."))
     assert not bad, "\n".join(bad)
+
+
+PRINTING = {"cli", "report"}
+"""The packages that may import rich: the command line and the HTML report. The rest reports through
+arena_learning.progress callbacks and returned records."""
+
+
+def test_only_the_cli_and_the_report_import_rich():
+    bad = []
+    for path in sorted(PKG.rglob("*.py")):
+        part = path.relative_to(PKG).parts[0].removesuffix(".py")
+        if part in PRINTING:
+            continue
+        bad += [f"{path.relative_to(PKG)} imports rich" for top, _ in imports_of(path) if top == "rich"]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_rich_ban_sees_imports_inside_functions_and_under_type_checking():
+    # imports_of walks the whole tree: an import kept for an annotation, or made when a function runs, counts too
+    source = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rich.progress import Progress\n"
+              "def f():\n    import rich.console\n")
+    found = imports_of(PKG / "engines" / "calls.py", source)
+    assert ("rich", "") in found and ("typing", "") in found
 
 
 # ---- import cycles ---------------------------------------------------------------------

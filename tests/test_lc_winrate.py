@@ -112,8 +112,12 @@ def test_ties_count_half_and_unknown_lengths_are_left_out():
     battles = [Battle(prompt_id=f"p{i}", model_a="m", model_b="ref", outcome="tie") for i in range(40)]
     battles.append(Battle(prompt_id="nolength", model_a="m", model_b="ref", outcome="model_a"))
     lengths = {(f"p{i}", k): float(100 + i) for i in range(40) for k in ("m", "ref")}
-    (r,) = lc_win_rates(battles, lengths, "ref", bootstrap=20)
+    battles.append(Battle(prompt_id="gone", model_a="ref", model_b="x", outcome="model_b"))  # x: no length at all
+    with pytest.warns(UserWarning, match=r"2 battles against ref left out: an answer's length is unknown .* by "
+                                         r"model: m 1, x 1"):
+        (r,) = lc_win_rates(battles, lengths, "ref", bootstrap=20)
     assert r.battles == 40 and r.win_rate == 50.0 and r.lc_win_rate == pytest.approx(50.0, abs=1e-6)
+    assert r.unknown_length == 1 and r.as_dict()["unknown_length"] == 1
 
 
 def test_lc_win_rate_errors_name_the_problem():
@@ -197,6 +201,22 @@ def test_lc_winrate_command_table_json_and_errors(tmp_path):
     assert unnamed.exit_code == 2 and "--reference" in unnamed.output
     missing = runner.invoke(app, ["lc-winrate", str(tmp_path / "nowhere"), "-r", "x"])
     assert missing.exit_code == 2 and "not a workspace" in missing.output
+
+
+def test_the_command_counts_the_battles_it_leaves_out_for_an_unknown_answer_length(tmp_path):
+    ws = make_alpaca_workspace(tmp_path)
+    with Store(ws) as store:
+        battles = store.get_battles("verifier")
+        extra = [Battle(prompt_id=f"unanswered{i}", model_a="verbose", model_b="gpt4_turbo", outcome="model_a",
+                        judge="verifier") for i in range(3)]
+        store.replace_battles("verifier", [*battles, *extra])
+    runner = CliRunner()
+    table = runner.invoke(app, ["lc-winrate", str(ws), "-r", "gpt4_turbo", "-b", "0"])
+    assert table.exit_code == 0, table.output
+    assert "battles left out, an answer's length unknown: verbose 3" in table.stdout
+    assert "3 battles against gpt4_turbo left out" in table.output  # and warned, with the count
+    (row,) = json.loads(runner.invoke(app, ["lc-winrate", str(ws), "-r", "gpt4_turbo", "-b", "0", "--json"]).stdout)
+    assert row["battles"] == 120 and row["unknown_length"] == 3
 
 
 def test_published_alpaca_eval_leaderboard_lc_and_raw_differ_most_for_long_outputs():

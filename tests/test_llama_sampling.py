@@ -59,3 +59,12 @@ def test_equal_logits_are_ordered_by_token_id_so_a_draw_never_depends_on_partiti
 def test_a_clear_winner_is_drawn_at_low_temperature(temperature):
     logits = np.array([0.0, 9.0, 1.0, 2.0])
     assert set(draws(Sampling(temperature=temperature, seed=0), logits, 100)) == {1}
+
+
+def test_an_answers_bytes_that_are_not_utf8_are_left_out_as_the_library_does_and_counted():
+    from arena_learning.engines.llama_batcher import decode_answer
+
+    assert decode_answer("naïve – ok".encode()) == ("naïve – ok", 0)
+    # stopped inside a character (2 of the 3 bytes of "–"), and a stray byte: the text is Llama's, the loss counted
+    raw = b"ok " + "–".encode()[:2] + b"\xff!"
+    assert decode_answer(raw) == (raw.decode("utf-8", errors="ignore"), 3) == ("ok !", 3)

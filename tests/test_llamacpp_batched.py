@@ -212,6 +212,7 @@ def test_requests_in_one_batch_keep_their_own_limits_and_stops_and_slots_are_reu
     assert len(requests) <= c["prefill_tokens"] <= sum(r.tokens_in for r in batched)
     assert c["decode_tokens"] <= c["evaluated"] - c["prefill_tokens"] <= sum(r.tokens_out for r in batched)
     assert c["decode_ms"] > 0 and c["prefill_ms"] > 0
+    assert c["undecodable"] == 0  # bytes left out of answers for not being UTF-8: counted, none here
     for r, c in zip(requests, batched):
         stops, max_tokens = r.params["stop"], r.params["max_tokens"]
         assert c.tokens_in == len(build_engine(spec).prompt_tokens(r.prompt or ""))

@@ -155,3 +155,14 @@ def test_the_default_thread_count_is_the_cores_this_process_may_run_on():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-3:] == ["1", "1", "3"]
+
+
+def test_is_loaded_says_whether_an_engine_of_the_spec_would_start_at_once():
+    # `arena plan`'s speed measurement asks it (engines.speed) rather than the engine's private cache
+    from arena_learning.engines.llamacpp import is_loaded
+
+    spec = ModelSpec(name="l", engine="llamacpp", mode="completion", n_threads=2, n_ctx=640)  # no other test's
+    assert not is_loaded(spec)
+    llm, _ = load_llama(spec)
+    assert is_loaded(spec) and load_llama(spec)[0] is llm
+    assert not is_loaded(spec.model_copy(update={"n_ctx": 704}))

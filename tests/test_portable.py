@@ -13,7 +13,7 @@ from arena_learning.engines import llama_build, llama_check
 from arena_learning.engines.doctor import wide_features
 from arena_learning.errors import EngineError
 
-from .conftest import ARENA, write_config
+from .conftest import ARENA, load_benchmark, write_config
 
 CRASH = "import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n"
 
@@ -139,3 +139,10 @@ ratings: {bootstrap: 10}
     assert "the HTML report failed" in proc.stderr and f"arena report {ws}" in proc.stderr
     again = subprocess.run([*ARENA, "leaderboard", str(ws), "--json"], capture_output=True, text=True, timeout=300)
     assert json.loads(again.stdout) == board
+
+
+def test_the_results_log_names_the_machine_as_the_llama_check_does():
+    # one reader of /proc/cpuinfo (llama_check.cpu_info) for the check, the speed records and the results log
+    results = load_benchmark("results")
+    info = llama_check.cpu_info()
+    assert results.machine() == f"{os.cpu_count()} cores, {info['model']}" and info["model"]

@@ -11,7 +11,7 @@ from arena_learning.errors import ArenaError
 from arena_learning.rating.bt import RateOptions, rate
 from arena_learning.rating.counts import BattleTable
 from arena_learning.rating.paired import exact_answers, exact_count, head_to_head, model_diff, paired_delta
-from arena_learning.records import Answer, Battle, Prompt
+from arena_learning.records import Answer, Battle, ExactAnswers, Prompt
 
 
 def verifier_battles(right: dict[str, set[int]], n_prompts: int) -> list[Battle]:
@@ -109,6 +109,12 @@ def test_head_to_head_and_exact_answers_gained_and_lost_per_category():
     diff = model_diff(fit(battles, seed=3), battles, "B", "A", prompts, answers)
     out = diff.as_dict()
     assert out["exact"]["gained"] == 8 and out["exact"]["lost"] == 0 and out["exact_other"]["gained"] == 0
+    # one record: the count the flywheel state keeps (vs set) is the one --diff prints (without vs)
+    assert isinstance(diff.exact, ExactAnswers) and diff.exact.vs == "A" and alone.vs is None
+    assert list(out["exact"]) == ["n", "of", "gained", "lost", "per_category"]
+    b_odd = diff.exact.per_category["odd"]
+    assert out["exact"]["per_category"]["odd"] == {"n": b_odd.n, "of": b_odd.of, "gained": b_odd.gained,
+                                                   "lost": b_odd.lost}
     assert out["delta"]["ci_low"] > 0 and out["head_to_head"]["wins"] == 8
     assert out["settings"]["resample"] == "prompt"
     # open prompts (no checker reference) have no exact answers to count

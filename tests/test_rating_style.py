@@ -9,6 +9,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from arena_learning.errors import ArenaError
+from arena_learning.rating.bt import RatingWarning
 from arena_learning.rating.counts import A_WINS, B_WINS, TIE, BattleTable
 from arena_learning.rating.style import (
     STYLE_FEATURES,
@@ -209,3 +210,56 @@ def test_the_controlled_minus_plain_difference_has_a_paired_interval():
     assert (row["delta_ci_low"], row["delta_ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
     assert row["delta_ci_low"] < row["delta"] < row["delta_ci_high"] < 0  # control takes m00's length credit away
     assert rate_style(table, fa, fb, feature_names=["length", "bold"], bootstrap=0).to_rows()[0]["delta_ci_low"] is None
+
+
+RARE_SEED = 0  # draws the prompt of "rare" in none of 3 rounds
+
+
+def _rare_model_arena():
+    """Forty prompts of a vs b (lengths vary), and one prompt (two battles) of a model called rare."""
+    rng = np.random.default_rng(0)
+    names_a = ["a"] * 40 + ["rare", "a"]
+    names_b = ["b"] * 40 + ["a", "rare"]
+    outcome = np.array([A_WINS if i % 3 else B_WINS for i in range(40)] + [A_WINS, A_WINS], dtype=np.int8)
+    prompts = np.array([*range(40), 40, 40])
+    table = BattleTable.from_arrays(np.array(names_a, dtype=object), np.array(names_b, dtype=object), outcome,
+                                    prompts)
+    fa = rng.integers(50, 300, (42, 1)).astype(float)
+    fb = rng.integers(50, 300, (42, 1)).astype(float)
+    return table, fa, fb
+
+
+def test_a_model_absent_from_every_round_of_style_control_is_named_as_in_the_plain_bootstrap():
+    # the controlled and the plain bootstraps end in the same summary (bt.summarize_bootstrap): a model in
+    # none of the rounds has no interval in either, and both warn it by name
+    table, fa, fb = _rare_model_arena()
+    with pytest.warns(RatingWarning) as caught:
+        result = rate_style(table, fa, fb, feature_names=["length"], bootstrap=3, seed=RARE_SEED)
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith("rare: no battle in any of the 3 bootstrap rounds, so no interval") for m in messages)
+    assert any(m.startswith("rare: no battle in any of the 3 bootstrap rounds, so no style-controlled interval")
+               for m in messages)
+    assert any("no style-controlled interval" in note for note in result.warnings)
+    board = {r.model: r for r in result.controlled.to_ratings()}
+    assert board["rare"].ci_low is None and board["rare"].rank_ci is None
+    assert board["a"].ci_low is not None
+
+
+def test_bootstrap_rounds_of_style_control_that_did_not_converge_are_counted(monkeypatch):
+    # as bt counts its rounds that did not converge, so does style control (it used to drop the flags)
+    from arena_learning.rating import style
+
+    fit = style._fit_contextual
+
+    def two_rounds_fail(rows, weights, present, prior, ridge=0.0):
+        theta, beta, ok = fit(rows, weights, present, prior, ridge=ridge)
+        if weights.shape[0] > 1:  # a chunk of bootstrap rounds, not the point fit
+            ok = ok.copy()
+            ok[:2] = False
+        return theta, beta, ok
+
+    monkeypatch.setattr(style, "_fit_contextual", two_rounds_fail)
+    table, fa, fb, _ = biased_arena(np.random.default_rng(5), n=1500)
+    result = rate_style(table, fa, fb, feature_names=["length", "bold"], bootstrap=10, seed=0)
+    assert "2 style-controlled bootstrap round(s) did not converge" in result.warnings
+    assert not any("did not converge" in w for w in result.plain.warnings)

@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_serializer
 
 from .errors import ArenaError
 from .files import write_json
-from .records import Rating, Record
+from .records import ExactAnswers, Rating, Record
 
 STATE_VERSION = 2
 """1: the dict of string keys before records (no ``version`` key); 2: these records. Fields added to them since
@@ -48,10 +48,15 @@ class PhaseSeconds(Record):
 
 
 class TrainSummary(Record):
-    """What one trainer run did (``flywheel.train.TrainResult.summary``)."""
+    """What one trainer run did: what the training functions (``flywheel.train``) return, what the flywheel
+    state keeps of a stage's training, and what a finished stage's done file holds.
+
+    ``reused`` and ``log`` are of the run in this process only: they are never written (the log is in the
+    stage's ``losses.json``), so the state and done files hold the same fields as ever.
+    """
 
     kind: str
-    model_dir: str
+    model_dir: Path = Field(description="the trained model's folder (written as a string)")
     examples: int = 0
     steps: int = 0
     seconds: float = 0.0
@@ -59,6 +64,13 @@ class TrainSummary(Record):
     s_per_step: float | None = None
     peak_rss_mb: float = 0.0
     resumed_from: str | None = None
+    reused: bool = Field(False, exclude=True, description="read back from a stage that had finished, not trained")
+    log: list[dict[str, Any]] = Field(default_factory=list, exclude=True,
+                                      description="the trainer's log history (kept in the stage's losses.json)")
+
+    @field_serializer("model_dir")
+    def _model_dir(self, value: Path) -> str:
+        return str(value)
 
 
 class Delta(Record):
@@ -73,21 +85,6 @@ class Delta(Record):
     ci_low: float | None = None
     ci_high: float | None = None
     p_better: float | None = Field(None, description="share of bootstrap rounds rating the model above vs")
-
-
-class ExactCount(Record):
-    """Exact answers (checker score 10) on the test set; gained / lost: prompts right here and wrong in ``vs``,
-    and the reverse (None without a model to compare to)."""
-
-    n: int = 0
-    of: int = Field(0, description="test prompts of the model checked")
-    gained: int | None = None
-    lost: int | None = None
-
-
-class ExactAnswers(ExactCount):
-    vs: str | None = None
-    per_category: dict[str, ExactCount] = Field(default_factory=dict)
 
 
 class Measured(Record):

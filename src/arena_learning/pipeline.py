@@ -23,8 +23,9 @@ from .arena.judges import Judge, PairTask, VerifierJudge, judge_session
 from .arena.schedule import AdaptiveScheduler, run_schedule, schedule_pairs
 from .config import JudgeConfig, ModelSpec, RunConfig, validate_config
 from .engines import build_engine
-from .engines.calls import CallStats, make_progress
+from .engines.calls import CallStats
 from .errors import ArenaError
+from .progress import Track, tracking
 from .records import Answer, Battle, Judgment, Prompt, Rating
 from .store import DEFAULT_SET, Store
 from .tasks import generate_tasks
@@ -130,7 +131,7 @@ def stage_answer(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
     if not todo:
         return report
 
-    async def go(progress) -> None:
+    async def go(progress: Track | None) -> None:
         for spec in todo:
             if not spec.engine_kind.makes_calls:  # imported: its answers are in the store already
                 have = {a.prompt_id for a in store.get_answers(spec.name, set_name)}
@@ -145,11 +146,8 @@ def stage_answer(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
             if fill_empty:
                 _fill_empty(store, spec.name, prompts, set_name)
 
-    if show_progress:
-        with make_progress() as progress:
-            asyncio.run(go(progress))
-    else:
-        asyncio.run(go(None))
+    with tracking(show_progress) as progress:
+        asyncio.run(go(progress if show_progress else None))
     # Kept for reports and for checking that a rerun sent only what the ledger lacked.
     store.set_meta(
         "answer_stats",
@@ -200,26 +198,22 @@ def stage_battle(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
     kin = check_self_judging(cfg.judge, cfg.models, allow=cfg.audit.allow_self_judging)
     judge = make_judge(cfg)
     sched = cfg.battles
-    progress = make_progress() if show_progress else None
     judge_names = {cfg.judge.name, *(m.name for m in cfg.judge.members)}
 
     # One event loop and one session per judge engine for the whole stage: every batch, canaries included.
     with judge_session(judge) as run:
-        def judge_tasks(tasks: list[PairTask]) -> list[Judgment]:
-            return run(judge.judge_pairs(store, tasks, progress))
+        with tracking(show_progress) as track:
+            progress = track if show_progress else None
 
-        if progress is not None:
-            progress.start()
-        try:
+            def judge_tasks(tasks: list[PairTask]) -> list[Judgment]:
+                return run(judge.judge_pairs(store, tasks, progress))
+
             if sched.schedule == "adaptive":
                 judgments, missing = _adaptive(cfg, prompts, answers, judge_tasks)
             else:
                 pairs = schedule_pairs(sched.schedule, names, baseline=sched.baseline, target=sched.target)
                 plan = plan_battles(prompts, answers, pairs)
                 judgments, missing = judge_tasks(plan.tasks), plan.missing
-        finally:
-            if progress is not None:
-                progress.stop()
         # Judgments of earlier runs (other models, prompts or judge settings) must not mix into audits.
         store.replace_judgments(judge_names, judgments, set_name)
         mine = [j for j in judgments if j.judge == cfg.judge.name]

@@ -108,6 +108,31 @@ class Rating(Record):
     battles: int = 0
 
 
+class ExactCount(Record):
+    """Exact answers (checker score 10) on the test set; gained / lost: prompts right here and wrong in ``vs``,
+    and the reverse (None without a model to compare to)."""
+
+    n: int = 0
+    of: int = Field(0, description="test prompts of the model checked")
+    gained: int | None = None
+    lost: int | None = None
+
+
+class ExactAnswers(ExactCount):
+    """A model's exact answers, against the model ``vs`` if any, in all and per prompt category
+    (``rating.paired.exact_count``; the flywheel's evaluations and ``arena leaderboard --diff``)."""
+
+    vs: str | None = None
+    per_category: dict[str, ExactCount] = Field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the counts as ``arena leaderboard --diff --json`` writes them (no ``vs``; categories if any)."""
+        out = self.model_dump(exclude={"vs", "per_category"})
+        if self.per_category:
+            out["per_category"] = {c: e.model_dump() for c, e in self.per_category.items()}
+        return out
+
+
 class Grade(Record):
     """A single-answer grade (MT-Bench's 1-10, FastChat's single judgment): one judge's grade of one model's
     answer to one prompt (a later turn under its own prompt id), stored once; the pairwise games and battles

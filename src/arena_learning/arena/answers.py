@@ -29,6 +29,7 @@ from ..config import ModelSpec
 from ..engines.base import Completion, Engine, Request
 from ..engines.calls import CallStats, arun_requests
 from ..errors import ArenaError
+from ..progress import Track
 from ..records import Answer, Prompt
 from ..store import DEFAULT_SET, Store
 from .vote import choose, missing_references, needs_reference
@@ -85,7 +86,7 @@ def pick(spec: ModelSpec, prompt: Prompt, replies: Sequence[str], turn: int,
 
 
 async def answer_prompts(
-    store: Store, model_name: str, engine: Engine, prompts: Sequence[Prompt], *, progress=None,
+    store: Store, model_name: str, engine: Engine, prompts: Sequence[Prompt], *, progress: Track | None = None,
     set_name: str = DEFAULT_SET,
 ) -> AnswerResult:
     """Return the model's answers to ``prompts`` (stored under ``set_name``); prompts whose turns failed are

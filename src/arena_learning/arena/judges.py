@@ -24,9 +24,8 @@ from ..records import Answer, Judgment, Outcome, Prompt
 from ..tasks import check_turns
 
 if TYPE_CHECKING:
-    from rich.progress import Progress
-
     from ..engines.base import Engine
+    from ..progress import Track
     from ..store import Store
 
 T = TypeVar("T")
@@ -54,7 +53,7 @@ class Judge(Protocol):
     name: str
 
     async def judge_pairs(self, store: Store, tasks: Sequence[PairTask],
-                          progress: Progress | None = None) -> list[Judgment]:
+                          progress: Track | None = None) -> list[Judgment]:
         """Return the judgments of ``tasks`` (a panel: its members' too), every model call through ``store``."""
         ...
 
@@ -104,7 +103,7 @@ class VerifierJudge:
         self.tie_threshold = tie_threshold
 
     async def judge_pairs(self, store: Store | None, tasks: Sequence[PairTask],
-                          progress: Progress | None = None) -> list[Judgment]:
+                          progress: Track | None = None) -> list[Judgment]:
         """Return one Judgment per task; the checkers need no model, so ``store`` and ``progress`` go unused."""
         out = []
         for t in tasks:

@@ -48,7 +48,7 @@ from .judges import PairTask, verdict
 from .parse import Parsed, ParseError, parse_verdict
 
 if TYPE_CHECKING:
-    from rich.progress import Progress
+    from ..progress import Track
 
 # ---- the judge as data -------------------------------------------------------------
 
@@ -268,12 +268,12 @@ class LLMJudge:
         return self.rater.params_for(attempt)
 
     async def _resolve(self, store: Store, prompts: list[list[dict[str, str]]],
-                       progress: Progress | None) -> list[Rated]:
+                       progress: Track | None) -> list[Rated]:
         """Return the rated verdict of every judge prompt: parsed, retried with new seeds, or failed."""
         return await self.rater.arate(store, prompts, label=f"judge {self.name}", progress=progress)
 
     async def judge_pairs(self, store: Store, tasks: Sequence[PairTask],
-                          progress: Progress | None = None) -> list[Judgment]:
+                          progress: Track | None = None) -> list[Judgment]:
         """Return the judgments of ``tasks``: two games per task (both orders) or one from single grades."""
         if self.spec.mode == "single":
             return await self._judge_single(store, tasks, progress)
@@ -306,7 +306,7 @@ class LLMJudge:
                      {"role": "assistant", "content": self.own_refs.get((prompt.id, k), "")}]
         return [*msgs, {"role": "user", "content": prompt.turns[turn]}]
 
-    async def own_references(self, store: Store, prompts: Sequence[Prompt], progress: Progress | None = None) -> None:
+    async def own_references(self, store: Store, prompts: Sequence[Prompt], progress: Track | None = None) -> None:
         """Ask the judge model's own answer to every turn of ``prompts`` not asked yet (through the ledger, turn by
         turn: a later turn's request holds the earlier answers); a failed call leaves its turn out, and the answers
         graded against it fail (retried on the next run)."""
@@ -324,7 +324,7 @@ class LLMJudge:
                 if item.ok and item.value:
                     self.own_refs[(p.id, turn)] = item.value
 
-    async def _judge_single(self, store: Store, tasks: Sequence[PairTask], progress: Progress | None) -> list[Judgment]:
+    async def _judge_single(self, store: Store, tasks: Sequence[PairTask], progress: Track | None) -> list[Judgment]:
         answers: dict[tuple[str, str], tuple[Prompt, Answer]] = {}
         for t in tasks:
             for a in (t.answer_a, t.answer_b):
@@ -416,7 +416,7 @@ class PanelJudge:
         self.members = [build_judge(m) for m in cfg.members]
 
     async def judge_pairs(self, store: Store, tasks: Sequence[PairTask],
-                          progress: Progress | None = None) -> list[Judgment]:
+                          progress: Track | None = None) -> list[Judgment]:
         """Return every member's judgments followed by the panel's own."""
         member_judgments = []
         for m in self.members:

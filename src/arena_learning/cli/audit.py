@@ -14,10 +14,10 @@ from typing import Annotated
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from ..arena.audit import Agreement, JudgeAudit, audit_workspace
+from .consoles import stderr_console, stdout_console
 from .errors import reporting_errors
 
 HELP = (
@@ -50,7 +50,7 @@ def judge_audit_command(
     with reporting_errors():
         result = audit_workspace(workspace, judge=judge, compare_judge=compare_judge, human=human)
     labels = result.human_labels
-    err = Console(stderr=True)
+    err = stderr_console()
     if labels is not None and labels.bad:
         err.print(f"[yellow]warning:[/yellow] {labels.bad} of {labels.rows} label rows left out:", highlight=False)
         for line in labels.errors:
@@ -58,7 +58,7 @@ def judge_audit_command(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
-    out = Console()
+    out = stdout_console()
     out.print(audit_table(result.audits))
     agreements = (
         ("agreement between judges", result.judge_agreement),

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ArenaError
+from .consoles import stderr_console
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,7 +30,7 @@ R = TypeVar("R")
 @contextlib.contextmanager
 def reporting_errors() -> Iterator[None]:
     """Turn an ArenaError into its message and exit code 2; print data warnings."""
-    err = Console(stderr=True)
+    err = stderr_console()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         try:

@@ -7,31 +7,29 @@ Progress, training logs and notes go to stderr, so ``--json`` output can be pipe
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ..config import load_config_file
 from ..errors import ArenaError
-from ..flywheel_state import Delta, ExactAnswers, RatedModel, RoundRow, SliceRecord, StageRecord
+from ..flywheel_state import Delta, RatedModel, RoundRow, SliceRecord, StageRecord
+from ..records import ExactAnswers
 from ..store import DEFAULT_SET, Store
-from .consoles import print_manifest_line
-from .errors import user_errors
+from .consoles import print_manifest_line, stderr_console, stdout_console
+from .errors import user_errors, write_report_or_warn
 from .options import ray_overrides
 
 if TYPE_CHECKING:
     from ..flywheel.rounds import FlywheelReport
 
-console = Console()
-err_console = Console(stderr=True)
+err_console = stderr_console()
 # Result tables are 120 columns wide when stdout is a file or pipe (as the other commands' are).
-wide = Console(width=None if sys.stdout.isatty() else 120)
+wide = stdout_console()
 
 FLYWHEEL_HELP = (
     "Run the data flywheel of CONFIG (see examples/flywheel.yaml): each round the target battles the references "
@@ -281,13 +279,7 @@ def flywheel_command(
         print_manifest_line(manifest)
         err_console.print(f"workspace: {ws} ({report.seconds:.0f} s)")
     # The report is optional: if it fails, the finished rounds stay in the workspace and the run succeeds.
-    from ..report.html import write_report
-
-    try:
-        err_console.print(f"report: {write_report(ws)}")
-    except Exception as err:
-        err_console.print(f"[yellow]warning:[/] the HTML report failed ({type(err).__name__}: {err}); the results "
-                          f"are kept in {ws}; retry with `arena report {ws}`", highlight=False)
+    write_report_or_warn(ws, err_console)
 
 
 def print_launch_plan(rows: list[dict], json_out: bool) -> None:

@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -22,9 +21,9 @@ from ..errors import ArenaError
 from ..records import Rating
 from ..scale import scaled
 from ..store import Store
-from .consoles import print_manifest_line, write_csv_manifest
-from .errors import user_errors
-from .options import ray_overrides
+from .consoles import print_manifest_line, stderr_console, stdout_console, write_csv_manifest
+from .errors import user_errors, write_report_or_warn
+from .options import LeaderboardOptions, ray_overrides
 from .tables import print_leaderboard
 
 app = typer.Typer(
@@ -33,9 +32,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console(width=None if sys.stdout.isatty() else 120)  # results only, so `--json` output can be piped
+console = stdout_console()  # results only, so `--json` output can be piped
 # progress, call stats, warnings; 120 columns when stderr is a file or pipe (CI logs), so tables are not squeezed
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+err_console = stderr_console()
 
 
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run config (see examples/quickstart.yaml)")]
@@ -96,14 +95,7 @@ def run(config: ConfigArg, workspace: WorkspaceOpt = None, set_: SetOpt = None, 
     if not json_out and result.ratings:
         print_manifest_line(pipeline.workspace_manifest(store.root))
     # The report is optional: if it fails, the finished results stay in the workspace and the run succeeds.
-    from ..report.html import write_report
-
-    try:
-        err_console.print(f"report: {write_report(store.root)}")
-    except Exception as err:
-        err_console.print("[yellow]warning:[/] the HTML report failed " + escape(
-            f"({type(err).__name__}: {err}); the results are kept in {store.root}; retry with "
-            f"`arena report {store.root}`"), highlight=False, soft_wrap=True)
+    write_report_or_warn(store.root, err_console)
 
 
 @app.command()
@@ -212,39 +204,36 @@ def leaderboard(
                            "program version")] = False,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
-    if manifest:
+    options = LeaderboardOptions(by=by, csv=csv, style_control=style_control, baseline=baseline, judge=judge,
+                                 diff=diff, manifest=manifest)
+    mode = options.mode(lambda: _imported_only(workspace))
+    if mode == "manifest":
         found = pipeline.workspace_manifest(workspace)
         if found is None:
             raise ArenaError(f"{workspace} holds no run: a manifest describes a run's board")
         sys.stdout.write(json.dumps(found, indent=2) + "\n")
         return
-    if diff is not None:
-        if by is not None or style_control or baseline is not None or csv is not None:
-            raise ArenaError("--diff compares two models: it goes without --by, --style-control, --baseline and --csv")
+    if mode == "diff":
         from .rating import diff_board
 
+        assert diff is not None  # the mode
         diff_board(workspace, diff[0], diff[1], json_out, judge)
         return
-    # no run here, only imported judgments: the board of the only judge (judge_board picks it, or asks for --judge)
-    imported = judge is None and baseline is None and by is None and not style_control and _imported_only(workspace)
-    if baseline is not None or judge is not None or imported:
+    if mode in ("baseline", "judge"):
         from .peers import baseline_board, judge_board
 
-        if by is not None or style_control:
-            raise ArenaError("--baseline and --judge go without --by and --style-control: give one kind of board")
         if baseline is not None:
             baseline_board(workspace, baseline, json_out, judge)
         else:
             judge_board(workspace, judge, json_out, csv)
         return
-    if by is not None and (style_control or csv is not None):
-        raise ArenaError("--by prints one board per group: it goes without --style-control and --csv")
-    if style_control:
+    if mode == "style":
         _style_board(workspace, json_out)
         return
-    if by is not None:
+    if mode == "groups":
         from .scores import print_group_boards
 
+        assert by is not None  # the mode
         print_group_boards(workspace, by, json_out)
         return
     ratings = pipeline.workspace_board(workspace)
@@ -401,14 +390,21 @@ def serve(
     api_key_env: Annotated[str | None, typer.Option(
         "--api-key-env", help="require 'Authorization: Bearer KEY', KEY read from this environment variable")] = None,
     faults: Annotated[str | None, typer.Option(
-        help="inject faults for reliability tests, e.g. 'all=0.3;seed=1' or "
-             "'429=0.1,reset=0.05,null_content=0.05'")] = None,
+        help="a test feature: inject faults into the completion requests, to try a client against a flaky "
+             "endpoint (the reliability tests do). KIND=RATE for 429, 500, 502, 503, reset, timeout, truncated, "
+             "invalid_json, empty_choices, null_content, slow, or all=RATE spread evenly, plus seed, "
+             "retry_after, slow_s, timeout_s; e.g. 'all=0.3;seed=1' or '429=0.1,reset=0.05,null_content=0.05'. "
+             "GET /health counts each fault injected")] = None,
 ) -> None:
-    """Serve a configured model over an OpenAI-compatible HTTP API."""
+    """Serve a configured model over an OpenAI-compatible HTTP API.
+
+    With --faults it is also a fault injector for testing clients (see Reliability in the docs).
+    """
     import os
 
     from ..engines import build_engine
-    from ..engines.server import FaultSpec, is_loopback
+    from ..engines.faults import FaultSpec, install_faults
+    from ..engines.server import is_loopback, make_app
     from ..engines.server import serve as run_server
 
     api_key = None
@@ -433,8 +429,10 @@ def serve(
         raise ArenaError(f"model {spec.name!r} has vote (k={spec.vote.k} samples per answer, picked by the arena's "
                          f"answer stage); `arena serve` answers one completion per request: serve a copy of the "
                          f"model without vote")
-    engine = build_engine(spec)
-    run_server(spec.name, engine, host=host, port=port, api_key=api_key, faults=fault_spec)
+    server = make_app(spec.name, build_engine(spec), api_key=api_key)
+    if fault_spec is not None:
+        install_faults(server, fault_spec)  # a test feature, outside the server itself
+    run_server(server, host=host, port=port)
 
 
 @app.command()

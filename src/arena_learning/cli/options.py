@@ -1,6 +1,14 @@
-"""What several command modules share (so that none imports another): option overrides such as ``--ray``."""
+"""What several command modules share (so that none imports another): option overrides such as ``--ray``, and
+``arena leaderboard``'s modes as one typed object."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ..errors import ArenaError
 
 
 def ray_overrides(address: str | None) -> list[str]:
@@ -8,3 +16,50 @@ def ray_overrides(address: str | None) -> list[str]:
     if address is None:
         return []
     return ["scale.backend=ray", f"scale.address={'null' if address == 'local' else address}"]
+
+
+BoardMode = Literal["manifest", "diff", "baseline", "judge", "style", "groups", "board"]
+"""The kinds of output ``arena leaderboard`` gives: the run's manifest, two models compared (``--diff``),
+win rates against a model (``--baseline``), a judge's board (``--judge``, or a workspace of imported
+judgments), style control, one board per group (``--by``), or the run's board."""
+
+
+@dataclass(frozen=True)
+class LeaderboardOptions:
+    """The options of ``arena leaderboard`` that choose what it prints, checked together (``mode``).
+
+    A new kind of board is a new mode here: the options that ask for it, and those it goes without.
+    ``--json`` goes with every mode; ``--judge`` also picks the judge of ``--diff`` and ``--baseline``.
+    """
+
+    by: str | None = None
+    csv: Path | None = None
+    style_control: bool = False
+    baseline: str | None = None
+    judge: str | None = None
+    diff: tuple[str, str] | None = None
+    manifest: bool = False
+
+    def mode(self, imported_only: Callable[[], bool]) -> BoardMode:
+        """Return the output asked for; raise ArenaError for options that ask for two kinds of board.
+
+        ``imported_only``: whether the workspace holds imported judgments and no run (asked only when no
+        option chose a board: such a workspace shows its judge's board).
+        """
+        if self.manifest:
+            return "manifest"
+        if self.diff is not None:
+            if self.by is not None or self.style_control or self.baseline is not None or self.csv is not None:
+                raise ArenaError("--diff compares two models: it goes without --by, --style-control, --baseline "
+                                 "and --csv")
+            return "diff"
+        chosen = self.judge is not None or self.baseline is not None or self.by is not None or self.style_control
+        if self.baseline is not None or self.judge is not None or (not chosen and imported_only()):
+            if self.by is not None or self.style_control:
+                raise ArenaError("--baseline and --judge go without --by and --style-control: give one kind of board")
+            return "baseline" if self.baseline is not None else "judge"
+        if self.by is not None and (self.style_control or self.csv is not None):
+            raise ArenaError("--by prints one board per group: it goes without --style-control and --csv")
+        if self.style_control:
+            return "style"
+        return "groups" if self.by is not None else "board"

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -75,7 +74,7 @@ def import_judgments_command(
         "--strict", help="Import nothing when any record is skipped (the skip table says which and why).")] = False,
 ) -> None:
     """Import judgment files into a workspace (help text: ``IMPORT_HELP``)."""
-    err = Console(stderr=True)
+    err = stderr_console()
     with reporting_errors():
         report = read_judgments(files, baseline=baseline, judge=judge, fmt=fmt)
         if report.skips and (strict or not report.judgments):
@@ -169,7 +168,7 @@ def export_judgments_command(
                 report = write_fastchat_pair(judgments, out)
             else:
                 report = write_fastchat_single(judgments, out, grades=store.get_grades(name))
-    err = Console(stderr=True)
+    err = stderr_console()
     err.print(escape(f"judge {name}: {report.records} {fmt} records written to {out}"), highlight=False)
     if report.left_out:
         err.print(f"[yellow]{report.left_out} pairs left out: judged in one order only ({fmt} needs both)",

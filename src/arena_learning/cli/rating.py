@@ -18,6 +18,7 @@ from rich.table import Table
 
 from ..errors import ArenaError
 from ..rating.export import ratings_to_json, write_leaderboard_csv
+from .consoles import stderr_console, stdout_console
 from .errors import reporting_errors as _user_errors
 from .tables import fmt as _fmt
 from .tables import print_leaderboard
@@ -86,7 +87,7 @@ def ratings_command(
     with _user_errors():
         table, report = read_battle_log(battles)
         for line in report.lines():
-            Console(stderr=True).print(line, highlight=False, soft_wrap=True)
+            stderr_console().print(line, highlight=False, soft_wrap=True)
         options = RateOptions(anchor=anchor, anchor_rating=anchor_rating, bootstrap=bootstrap, resample=resample,
                               ties=ties, seed=seed)
         result = rate(table, options)
@@ -191,7 +192,6 @@ def _say_manifest_differences(sources: list[str]) -> None:
             m = workspace_manifest(path)
             if m is not None:
                 found.append((source, m))
-    from .consoles import stderr_console
 
     if len(found) < 2 or found[-1][0] != sources[-1]:
         return  # the reference is no workspace: nothing to hold the others' manifests against
@@ -239,8 +239,8 @@ def _read_aliases(path: Path) -> dict[str, str]:
 
 
 def _print_comparison(results: list[tuple[Board, Consistency]], ref: Board) -> None:
-    console = Console()
-    err = Console(stderr=True)
+    console = stdout_console()
+    err = stderr_console()
     if len(results) == 1:
         board, result = results[0]
         names = f"{Path(board.source).name} vs reference {Path(ref.source).name}"
@@ -344,7 +344,6 @@ def diff_board(workspace: Path, model: str, other: str, json_out: bool, judge: s
     The rating difference with its CI from shared resamples (``workspace_diff``), the share of resamples rating
     MODEL higher, MODEL's battles against OTHER, and exact answers gained and lost per category.
     """
-    from .consoles import stdout_console
 
     name, diff, n_battles, r = workspace_diff(workspace, model, other, judge)
     if json_out:

@@ -14,13 +14,12 @@ from typing import Annotated
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ArenaError
 from ..store import Store
-from .consoles import print_manifest_line, stdout_console
+from .consoles import print_manifest_line, stderr_console, stdout_console
 from .errors import user_errors
 from .tables import fmt, leaderboard_table
 
@@ -105,7 +104,7 @@ def scores_command(
         stdout_console().print(by_cat)
     failed = sum(r.failed for r in rows)
     if failed:
-        Console(stderr=True).print(f"[yellow]{failed} grading{'s' if failed > 1 else ''} failed and left no grade "
+        stderr_console().print(f"[yellow]{failed} grading{'s' if failed > 1 else ''} failed and left no grade "
                                    "(kept with the judge's raw text; in a run, `arena battle` with more "
                                    "`judge.retries` asks again)",
                                    highlight=False, soft_wrap=True)
@@ -170,6 +169,11 @@ def lc_winrate_command(
     stdout_console().print(table)
     if not all(r.length_identified for r in rows):
         stdout_console().print("* its own length term is not identified (see the warning)", highlight=False)
+    left_out = [r for r in rows if r.unknown_length]
+    if left_out:
+        stdout_console().print(escape("battles left out, an answer's length unknown: "
+                                      + ", ".join(f"{r.model} {r.unknown_length}" for r in left_out)),
+                               highlight=False, soft_wrap=True)
 
 
 def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
@@ -190,5 +194,5 @@ def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
         n = sum(r.battles for r in board) // 2
         stdout_console().print(leaderboard_table(board, title=f"{by} {name} ({n} battles)"))
     for name, why in skipped.items():
-        Console(stderr=True).print("[yellow]" + escape(f"{by} {name}: no leaderboard ({why})"), highlight=False,
+        stderr_console().print("[yellow]" + escape(f"{by} {name}: no leaderboard ({why})"), highlight=False,
                                    soft_wrap=True)

@@ -3,24 +3,22 @@
 The pipelines here are the edge: they read configs and sources, open the
 workspace, call the stage functions (records in, records out) and store each
 set with ``Store.put_prompts`` plus a JSONL copy under ``WORKSPACE/sets/`` that a
-person can open. Each ends with a summary table of counts per step and per cluster.
+person can open. Each returns its counts per step and per cluster, which the
+command line prints (``cli/curate.py``); nothing here prints.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console, JustifyMethod
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from ..errors import ArenaError
+from ..progress import Track, tracking
 from ..readers import ReadError, missing_file
 from ..records import Prompt
 from ..store import Store
@@ -29,49 +27,14 @@ from .filters import Step, build_moderator, clean
 from .ingest import IngestError, Ingestor, IngestReport, source_label
 from .settings import PoolConfig, SourceSpec, TestsetConfig
 
-console = Console(stderr=True)  # progress and summaries of a run; results go to files and the store
-err_console = console
-
-Track = Callable[[str, "int | None"], Callable[[int], None]]
-"""Progress: (description, total) -> advance(n). With total None, advance(0) marks the bar done."""
-
 BAD_KINDS = ("bad_json", "not_utf8", "wrong_format", "bad_record", "empty_file")
 """Count keys of skipped inputs (see ingest.Problem.kind)."""
 
+OnSkipped = Callable[[IngestReport], None]
+"""Hears each ingest of a build that skipped bad inputs (the CLI prints them)."""
+
 
 # ---- small edges ------------------------------------------------------------------------
-
-
-@contextmanager
-def tracker(enabled: bool = True) -> Iterator[Track]:
-    """Yield a Track that draws rich progress bars (or does nothing when not ``enabled``)."""
-    if not enabled:
-        yield lambda description, total: (lambda n: None)
-        return
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    )
-    with progress:
-
-        def track(description: str, total: int | None) -> Callable[[int], None]:
-            task = progress.add_task(description, total=total)
-
-            def advance(n: int) -> None:
-                progress.advance(task, n)
-                if total is None and n == 0:
-                    # advance(0) on an open-ended bar means done: fix its total so the clock stops.
-                    done = progress.tasks[task].completed
-                    progress.update(task, total=done, completed=done)
-
-            return advance
-
-        yield track
 
 
 def set_path(store: Store, set_name: str) -> Path:
@@ -131,74 +94,18 @@ def run_ingest(
     return acc.report
 
 
-def ingest_table(report: IngestReport) -> Table:
-    """Return the per-source counts of an ingest as a table."""
-    kinds = ["read", "ingested", "already_present", "id_renamed", *BAD_KINDS]
-    shown = [k for k in kinds if any(c.get(k) for c in report.per_source.values())] or ["read", "ingested"]
-    table = Table(title="ingest", title_justify="left")
-    table.add_column("source")
-    for k in shown:
-        table.add_column(k.replace("_", " "), justify="right")
-    for source, counts in report.per_source.items():
-        table.add_row(source, *(str(counts.get(k, 0)) for k in shown))
-    return table
-
-
-def print_problems(report: IngestReport, limit: int = 10) -> None:
-    """Print the first skipped inputs with their file:line."""
-    if not report.problems:
-        return
-    total = sum(report.counts.get(k, 0) for k in BAD_KINDS)
-    err_console.print(f"[yellow]{total} bad inputs skipped (use --strict to stop at the first):", highlight=False)
-    for problem in report.problems[:limit]:
-        err_console.print(f"  {problem}", highlight=False, soft_wrap=True)
-    if total > limit:
-        err_console.print(f"  ... and {total - limit} more", highlight=False)
-
-
-# ---- tables -----------------------------------------------------------------------------
-
-
-def steps_table(steps: Sequence[Step], title: str) -> Table:
-    """Return the counts per step: in, out, dropped by reason, notes."""
-    table = Table(title=title, title_justify="left")
-    columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("step", "left"), ("in", "right"), ("out", "right"), ("dropped", "left"), ("notes", "left"))
-    for col, justify in columns:
-        table.add_column(col, justify=justify)
-    for s in steps:
-        dropped = ", ".join(f"{k} {v}" for k, v in sorted(s.dropped.items())) or "-"
-        notes = ", ".join(f"{k} {v}" for k, v in s.notes.items()) or ""
-        table.add_row(s.name, str(s.n_in), str(s.n_out), dropped, notes)
-    return table
-
-
-def per_cluster_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
-    """Return a table of per-cluster counts (one row per dict, columns in the dicts' order)."""
-    table = Table(title=title, title_justify="left")
-    if not rows:
-        return table
-    for col in rows[0]:
-        if col == "example":
-            table.add_column(col, no_wrap=True, overflow="ellipsis", max_width=48)
-        else:
-            justify: JustifyMethod = "left" if col == "cluster" else "right"
-            table.add_column(col, justify=justify, no_wrap=True, min_width=len(col))
-    for r in rows:
-        table.add_row(*("-" if v is None else str(v) for v in r.values()))
-    return table
-
-
 # ---- test set ---------------------------------------------------------------------------
 
 
 def _input_prompts(
-    store: Store, sources: Sequence[SourceSpec], input_set: str, prefix: str, strict: bool, track: Track
+    store: Store, sources: Sequence[SourceSpec], input_set: str, prefix: str, strict: bool, track: Track,
+    on_skipped: OnSkipped | None,
 ) -> tuple[list[Prompt], Step]:
     """Return the prompts a build starts from (sources ingested into ``prefix/ingested``, or ``input_set``)."""
     if sources:
         report = run_ingest(store, sources, f"{prefix}/ingested", strict=strict, replace=True, track=track)
-        print_problems(report)
+        if on_skipped is not None and report.problems:
+            on_skipped(report)
         dropped = {
             k: v
             for k, v in report.counts.items()
@@ -253,8 +160,12 @@ def run_testset(
     score_turns: Callable[[list[str]], list[float | None]] | None = None,
     progress: bool = True,
     embeddings: Callable[[Sequence[Prompt]], Any] | None = None,
+    on_skipped: OnSkipped | None = None,
 ) -> tuple[Path, Any]:
     """Build the test set of ``cfg`` into its workspace; return the workspace folder and the TestsetResult.
+
+    ``progress`` draws on the installed progress display (``arena_learning.progress``); ``on_skipped``
+    hears an ingest that skipped bad inputs (they are counted in the steps either way).
 
     ``score_turns`` replaces the configured difficulty judge; ``embeddings`` (prompts ->
     float32 (N, D)) replaces the configured embedding model. Both exist for tests and
@@ -265,8 +176,9 @@ def run_testset(
     check_sources(cfg.sources)
     with Store(workspace if workspace is not None else cfg.workspace) as store:
         save_resolved_config(store, "testset", cfg.model_copy(update={"workspace": str(store.root)}))
-        with tracker(progress) as track:
-            prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "testset", cfg.strict, track)
+        with tracking(progress) as track:
+            prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "testset", cfg.strict, track,
+                                           on_skipped)
             cleaned, steps = _clean(store, prompts, cfg, track)
             steps.insert(0, first)
             emb = embeddings(cleaned) if embeddings is not None else _embed(cleaned, cfg, track)
@@ -308,8 +220,11 @@ def run_pool(
     workspace: Path | None = None,
     progress: bool = True,
     embeddings: Callable[[Sequence[Prompt]], Any] | None = None,
+    on_skipped: OnSkipped | None = None,
 ) -> tuple[Path, PoolResult]:
     """Return the workspace folder and the training pool of ``cfg``, built and stored there.
+
+    ``progress`` and ``on_skipped`` are those of ``run_testset``.
 
     The build cleans the sources, decontaminates them against the test sets and cuts D0..D{n-1}.
     """
@@ -336,7 +251,8 @@ def run_pool(
         notes: dict[str, Any] = {}
         if dc.test_sources:
             report = ingest(dc.test_sources, strict=cfg.strict)
-            print_problems(report)
+            if on_skipped is not None and report.problems:
+                on_skipped(report)
             for path, counts in report.per_source.items():
                 if not counts.get("ingested") and not counts.get("already_present"):
                     bad = ", ".join(f"{k} {counts[k]}" for k in BAD_KINDS if counts.get(k)) or "no records"
@@ -347,8 +263,8 @@ def run_pool(
             tests.extend(report.prompts)
             notes["test inputs skipped"] = sum(report.counts.get(k, 0) for k in BAD_KINDS)
 
-        with tracker(progress) as track:
-            prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "pool", cfg.strict, track)
+        with tracking(progress) as track:
+            prompts, first = _input_prompts(store, cfg.sources, cfg.input_set, "pool", cfg.strict, track, on_skipped)
             cleaned, steps = _clean(store, prompts, cfg, track)
             steps.insert(0, first)
             advance = track("decontaminate", len(cleaned))
@@ -409,6 +325,3 @@ def _slice_counts(
             row[name] = counts[cluster]
         rows.append(row)
     return rows
-
-
-# ---- the CLI ----------------------------------------------------------------------------

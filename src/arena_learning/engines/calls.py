@@ -44,9 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
+from ..progress import Track, tracking
 from ..store import Store, call_key_json, canonical_json
 from .base import CallFailed, Completion, Engine, Request
 from .reasoning import split_reasoning
@@ -187,9 +185,9 @@ async def arun_requests(
     *,
     label: str = "calls",
     stats: CallStats | None = None,
-    progress: Progress | None = None,
+    progress: Track | None = None,
 ) -> list[Completion | None]:
-    """Return one Completion (or None for a failed call) per request, in order."""
+    """Return one Completion (or None for a failed call) per request, in order; ``progress`` hears each call sent."""
     stats = stats if stats is not None else CallStats()
     # the params and the payload are encoded once each, for the key and (sent) the ledger row
     key_params = [canonical_json(engine.key_params(r)) for r in requests]
@@ -230,7 +228,7 @@ async def arun_requests(
     writer = _LedgerWriter(store)
     # Bound the coroutines alive at once; the engine bounds what is on the wire.
     gate = asyncio.Semaphore(max(1, engine.in_flight))
-    task_id = progress.add_task(label, total=len(todo)) if progress is not None and todo else None
+    advance = progress(label, len(todo)) if progress is not None and todo else None
 
     async def one(key: str, req: Request, params_json: str) -> None:
         async with gate:
@@ -288,8 +286,8 @@ async def arun_requests(
                         "latency_s": comp.latency_s,
                     }
                 )
-            if progress is not None and task_id is not None:
-                progress.advance(task_id)
+            if advance is not None:
+                advance(1)
 
     # The engine hears the list first: one that batches (llama.cpp) then batches by its order, not by timing.
     engine.expect([r for r, _ in todo.values()])
@@ -306,20 +304,6 @@ async def arun_requests(
     return [results.get(k) for k in keys]
 
 
-def make_progress() -> Progress:
-    """Return the rich progress display used by every long stage."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        # Progress goes to stderr so that stdout carries only results (e.g. --json).
-        console=Console(stderr=True),
-        transient=False,
-    )
-
-
 def run_requests(
     store: Store,
     engine: Engine,
@@ -332,5 +316,5 @@ def run_requests(
     """Synchronous ``arun_requests`` with a progress bar."""
     if not show_progress:
         return asyncio.run(arun_requests(store, engine, requests, label=label, stats=stats))
-    with make_progress() as progress:
+    with tracking() as progress:
         return asyncio.run(arun_requests(store, engine, requests, label=label, stats=stats, progress=progress))

@@ -48,6 +48,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+import warnings
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -226,6 +227,7 @@ class Batcher:
         # Sums for a least-squares fit of a prompt chunk's seconds to its tokens (a + b n: ``engines.speed``):
         # chunks, sum n, sum n^2, sum seconds, sum n x seconds.
         self.prefill_fit = [0.0] * 5
+        self.undecodable = 0  # bytes of answers that were not UTF-8, left out of their text (``decode_answer``)
 
     # ---- the caller's side -------------------------------------------------------------------
 
@@ -546,10 +548,26 @@ class Batcher:
         self._release(s)
         s.job, s.pending = None, []
         if not job.future.done():
+            answer, dropped = decode_answer(text)
+            if dropped:
+                self.undecodable += dropped
+                warnings.warn(f"llama.cpp ({self.llm.model_path}): {dropped} byte(s) of an answer were not UTF-8 and "
+                              f"are left out of its text (the model stopped inside a character)", UserWarning,
+                              stacklevel=2)
             job.future.set_result(Completion(
-                text=text.decode("utf-8", errors="ignore"), tokens_in=len(job.tokens), tokens_out=len(s.out),
+                text=answer, tokens_in=len(job.tokens), tokens_out=len(s.out),
                 latency_s=time.perf_counter() - job.start, finish_reason=reason,
             ))
+
+
+def decode_answer(raw: bytes) -> tuple[str, int]:
+    """Return the text of an answer's bytes and how many bytes were left out of it for not being UTF-8.
+
+    Decoded as ``Llama.create_completion`` decodes (``errors="ignore"``), so that a batched answer is the
+    library's to the character; what that drops is counted instead of vanishing.
+    """
+    text = raw.decode("utf-8", errors="ignore")
+    return text, len(raw) - len(text.encode("utf-8"))
 
 
 def n_ctx_error(n_tokens: int, n_ctx: int) -> ValueError:

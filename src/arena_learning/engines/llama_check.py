@@ -42,18 +42,25 @@ _failure: str | None = None  # a probe that died in this process: later calls fa
 
 
 def cpu_info() -> dict[str, Any]:
-    """Return the CPU model and which SIMD/AMX flags the kernel reports (Linux /proc/cpuinfo)."""
-    model = platform.processor() or platform.machine()
+    """Return the CPU model and which SIMD/AMX flags the kernel reports (Linux /proc/cpuinfo; elsewhere the
+    platform's processor name and no flags).
+
+    The one reader of /proc/cpuinfo: the llama.cpp check, ``arena doctor``, the speed records and the
+    results log (``benchmarks/results.py``) all name the machine by it. The first processor's model
+    name and flags are taken.
+    """
+    model = ""
     flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
+            if key.strip() == "model name" and value.strip() and not model:
                 model = value.strip()
             elif key.strip() == "flags" and not flags:
                 flags = set(value.split())
     except OSError:
         pass
+    model = model or platform.processor() or platform.machine()
     return {"model": model, "machine": platform.machine(), "cores": os.cpu_count(),
             "flags": [f for f in SIMD_FLAGS if f in flags]}
 

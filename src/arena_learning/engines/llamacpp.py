@@ -46,28 +46,27 @@ from .control_tokens import neutralise_messages
 from .identity import content_identity
 from .llama_batcher import DECODING, PROMPT_CHUNK, Batcher, Job, Sampling, n_ctx_error, prompt_salt
 from .llama_check import check_llama
+from .model_cache import ModelCache
 from .streaming import TextStream
 
-_MODELS: dict[tuple[Any, ...], tuple[Any, threading.Lock]] = {}
-_BATCHERS: dict[tuple[Any, ...], Batcher] = {}  # (the model's key, batch size) -> its batched context
+# the model's key -> (its Llama, the lock of its use); (the model's key, batch size) -> its batched context
+_MODELS: ModelCache[tuple[Any, ...], tuple[Any, threading.Lock]] = ModelCache()
+_BATCHERS: ModelCache[tuple[Any, ...], Batcher] = ModelCache(_MODELS.lock)
 # Every llama.cpp call runs on this one thread. ggml's OpenMP keeps a thread team per calling
 # thread; calls from a pool's changing threads leave idle teams spinning on the cores the
 # working team needs (measured: 20% slower on 2 cores).
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
-_MODELS_LOCK = threading.Lock()
 
 
 @atexit.register
 def _close_models() -> None:
     # Free models before interpreter shutdown tears down llama_cpp's globals,
     # which otherwise makes Llama.__del__ print a TypeError at exit.
-    with _MODELS_LOCK:
-        for batcher in _BATCHERS.values():  # a context goes before its model
+    with _MODELS.lock:
+        for batcher in _BATCHERS.drop():  # a context goes before its model
             batcher.close()
-        _BATCHERS.clear()
-        for llm, _ in _MODELS.values():
+        for llm, _ in _MODELS.drop():
             llm.close()
-        _MODELS.clear()
 
 
 def _model_key(spec: ModelSpec) -> tuple[Any, ...]:
@@ -75,45 +74,50 @@ def _model_key(spec: ModelSpec) -> tuple[Any, ...]:
     return (str(path), spec.n_ctx, spec.n_threads or available_cores(), spec.chat_format, spec.chat_template)
 
 
+def is_loaded(spec: ModelSpec) -> bool:
+    """Return whether ``spec``'s model is loaded in this process already (an engine of it starts at once)."""
+    return _MODELS.is_loaded(_model_key(spec))
+
+
 def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
     """Return the shared ``Llama`` for ``spec`` and the lock that serialises its use."""
     path = resolve_model_path(spec.model)
     n_threads = spec.n_threads or available_cores()
-    key = _model_key(spec)
-    with _MODELS_LOCK:
-        if key not in _MODELS:
-            # A library built for another CPU would kill this process at its first token: probe it in a child first.
-            check_llama()
-            try:
-                from llama_cpp import Llama
-            except ImportError as err:  # pragma: no cover - it is a dependency
-                raise EngineError("engine 'llamacpp' needs llama-cpp-python: pip install llama-cpp-python") from err
-            kwargs: dict[str, Any] = {
-                "model_path": str(path),
-                "n_ctx": spec.n_ctx,
-                "n_threads": n_threads,
-                "verbose": False,
-            }
-            if spec.chat_format and not spec.chat_template:
-                kwargs["chat_format"] = spec.chat_format
-            try:
-                llm = Llama(**kwargs)
-            except (ValueError, RuntimeError) as err:
-                raise EngineError(f"model {spec.name!r}: llama.cpp could not load {path}: {err}") from err
-            if spec.chat_template:
-                from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-                # Templates write {{ bos_token }} themselves (as Hugging Face ones do); give them this
-                # model's own special tokens, and stop at its end-of-sequence token.
-                def text(token: int) -> str:
-                    return llm.detokenize([token], special=True).decode("utf-8", "replace")
+    def load() -> tuple[Any, threading.Lock]:
+        # A library built for another CPU would kill this process at its first token: probe it in a child first.
+        check_llama()
+        try:
+            from llama_cpp import Llama
+        except ImportError as err:  # pragma: no cover - it is a dependency
+            raise EngineError("engine 'llamacpp' needs llama-cpp-python: pip install llama-cpp-python") from err
+        kwargs: dict[str, Any] = {
+            "model_path": str(path),
+            "n_ctx": spec.n_ctx,
+            "n_threads": n_threads,
+            "verbose": False,
+        }
+        if spec.chat_format and not spec.chat_template:
+            kwargs["chat_format"] = spec.chat_format
+        try:
+            llm = Llama(**kwargs)
+        except (ValueError, RuntimeError) as err:
+            raise EngineError(f"model {spec.name!r}: llama.cpp could not load {path}: {err}") from err
+        if spec.chat_template:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-                llm.chat_handler = Jinja2ChatFormatter(
-                    template=spec.chat_template, eos_token=text(llm.token_eos()), bos_token=text(llm.token_bos())
-                ).to_chat_handler()
-            _align_prefix_reuse(llm)
-            _MODELS[key] = (llm, threading.Lock())
-        return _MODELS[key]
+            # Templates write {{ bos_token }} themselves (as Hugging Face ones do); give them this
+            # model's own special tokens, and stop at its end-of-sequence token.
+            def text(token: int) -> str:
+                return llm.detokenize([token], special=True).decode("utf-8", "replace")
+
+            llm.chat_handler = Jinja2ChatFormatter(
+                template=spec.chat_template, eos_token=text(llm.token_eos()), bos_token=text(llm.token_bos())
+            ).to_chat_handler()
+        _align_prefix_reuse(llm)
+        return llm, threading.Lock()
+
+    return _MODELS.get(_model_key(spec), load)
 
 
 def _align_prefix_reuse(llm: Any) -> None:
@@ -142,11 +146,8 @@ def _align_prefix_reuse(llm: Any) -> None:
 def load_batcher(spec: ModelSpec) -> Batcher:
     """Return the batched context that decodes ``spec``'s greedy requests, ``spec.parallel`` at a time."""
     llm, _ = load_llama(spec)
-    key = (*_model_key(spec), spec.parallel)
-    with _MODELS_LOCK:
-        if key not in _BATCHERS:
-            _BATCHERS[key] = Batcher(llm, spec.parallel, int(llm.n_ctx()), _WORKER)
-        return _BATCHERS[key]
+    return _BATCHERS.get((*_model_key(spec), spec.parallel),
+                         lambda: Batcher(llm, spec.parallel, int(llm.n_ctx()), _WORKER))
 
 
 class LlamaCppEngine(Engine):
@@ -270,10 +271,12 @@ class LlamaCppEngine(Engine):
     def batch_stats(self) -> dict[str, int]:
         """Return the batched context's counters: decode steps, tokens decoded, most sequences in one step, and
         the steps that only decode (each sequence one generated token) apart from those evaluating prompt tokens,
-        with their tokens and milliseconds (the decode-only rate: decode_tokens / decode_ms)."""
+        with their tokens and milliseconds (the decode-only rate: decode_tokens / decode_ms), and the bytes of
+        answers left out of their text for not being UTF-8 (undecodable; each warned)."""
         key = (*_model_key(self.spec), self.spec.parallel)
-        b = _BATCHERS.get(key)
-        counts = ("steps", "evaluated", "peak", "decode_steps", "decode_tokens", "prefill_steps", "prefill_tokens")
+        b = _BATCHERS.peek(key)
+        counts = ("steps", "evaluated", "peak", "decode_steps", "decode_tokens", "prefill_steps", "prefill_tokens",
+                  "undecodable")
         if b is None:
             return {"size": self.spec.parallel, **dict.fromkeys(counts, 0), "decode_ms": 0, "prefill_ms": 0}
         return {"size": b.size, **{c: getattr(b, c) for c in counts}, "decode_ms": round(b.decode_s * 1000),

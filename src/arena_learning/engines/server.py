@@ -11,23 +11,18 @@ engine (llama.cpp decodes them in one batch). What the server cannot honour (``n
 ``logprobs``, tools, ``best_of``, ``echo``) is a 400 in OpenAI's error shape, never an answer
 that silently ignores it.
 
-With ``faults`` it is also the fault injector of the reliability tests and benchmark: at the
-configured rates, each completion request gets a 429 with Retry-After, a 500/502/503, a reset
-connection, a timeout (the reply comes after ``timeout_s``), a truncated or invalid JSON body,
-empty ``choices``, ``content: null``, or a slow reply. ``/health`` counts requests, answers
-served whole (``ok``) and each fault injected.
+``/health`` counts requests, errors and answers served whole (``ok``). The fault injector of the
+reliability tests and benchmark (and of ``arena serve --faults``) is not part of the server: it is
+a middleware that they install on its app (``engines.faults.install_faults``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
-import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -37,66 +32,15 @@ from .base import CallFailed, Completion, Engine, Request, RequestTooLarge
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+STATS = web.AppKey("stats", dict)
+"""The app's counters, which ``/health`` reports: requests, errors, ok (served whole), faults (injected)."""
+
 SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "seed", "stop")
 
 
-FAULT_KINDS = ("429", "500", "502", "503", "reset", "timeout", "truncated", "invalid_json", "empty_choices",
-               "null_content", "slow")
-
-
-@dataclass
-class FaultSpec:
-    """Rates (0..1, summing to at most 1) of each fault kind, and how faults behave.
-
-    Written ``429=0.05,500=0.05,reset=0.03,...;seed=0;retry_after=0.1;slow_s=0.5;timeout_s=5``:
-    ``all=0.3`` spreads 30% evenly over every kind.
-    """
-
-    rates: dict[str, float] = field(default_factory=dict)
-    seed: int = 0
-    retry_after: float = 0.1
-    slow_s: float = 0.5
-    timeout_s: float = 5.0
-
-    @classmethod
-    def parse(cls, text: str) -> FaultSpec:
-        from ..errors import ArenaError
-
-        spec = cls()
-        for part in (p.strip() for chunk in text.split(";") for p in chunk.split(",")):
-            if not part:
-                continue
-            key, sep, value = part.partition("=")
-            key = key.strip()
-            try:
-                number = float(value)
-            except ValueError:
-                raise ArenaError(f"--faults: {part!r} is not KIND=NUMBER (kinds: all, {', '.join(FAULT_KINDS)}; "
-                                 "settings: seed, retry_after, slow_s, timeout_s)") from None
-            if not sep:
-                raise ArenaError(f"--faults: {part!r} is not KIND=NUMBER")
-            if key == "all":
-                spec.rates.update({k: number / len(FAULT_KINDS) for k in FAULT_KINDS})
-            elif key in FAULT_KINDS:
-                spec.rates[key] = number
-            elif key in ("seed", "retry_after", "slow_s", "timeout_s"):
-                setattr(spec, key, int(number) if key == "seed" else number)
-            else:
-                raise ArenaError(f"--faults: unknown fault {key!r}; kinds: all, {', '.join(FAULT_KINDS)}")
-        if any(r < 0 for r in spec.rates.values()) or sum(spec.rates.values()) > 1 + 1e-9:
-            raise ArenaError(f"--faults: rates must be >= 0 and sum to at most 1 (got {sum(spec.rates.values()):.3f})")
-        return spec
-
-    def draw(self, rng: random.Random) -> str | None:
-        u, acc = rng.random(), 0.0
-        for kind in FAULT_KINDS:
-            acc += self.rates.get(kind, 0.0)
-            if u < acc:
-                return kind
-        return None
-
-
-def _error(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None) -> web.Response:
+def error_reply(status: int, message: str, kind: str = "invalid_request_error",
+                param: str | None = None) -> web.Response:
+    """Return an error reply in OpenAI's shape."""
     return web.json_response({"error": {"message": message, "type": kind, "param": param, "code": status}},
                              status=status)
 
@@ -118,26 +62,24 @@ UNSUPPORTED: tuple[tuple[str, Any, str], ...] = (
 def _unsupported(body: dict[str, Any]) -> web.Response | None:
     for key, asks, message in UNSUPPORTED:
         if asks(body.get(key)):
-            return _error(400, f"{message}; got {key}={json.dumps(body.get(key))[:80]}", param=key)
+            return error_reply(400, f"{message}; got {key}={json.dumps(body.get(key))[:80]}", param=key)
     if body.get("stream") not in (None, False, True):
-        return _error(400, "stream must be true or false", param="stream")
+        return error_reply(400, "stream must be true or false", param="stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
-        return _error(400, "stream_options must be an object", param="stream_options")
+        return error_reply(400, "stream_options must be an object", param="stream_options")
     return None
 
 
-def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None = None,
-             faults: FaultSpec | None = None) -> web.Application:
+def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None = None) -> web.Application:
     """Return the aiohttp application that serves ``engine`` as the model ``name`` (or under each of several
     names, as vLLM's ``--served-model-name a b`` does; a reply names the model the request asked for).
 
-    ``api_key``: every /v1 request must carry ``Authorization: Bearer <api_key>`` (else 401).
-    ``faults``: inject faults into completion requests at the spec's rates (seeded).
+    ``api_key``: every /v1 request must carry ``Authorization: Bearer <api_key>`` (else 401). The counters
+    that ``/health`` reports are ``app[STATS]`` (a fault injector, ``engines.faults``, adds its own there).
     """
     names = [name] if isinstance(name, str) else list(name)
     stats: dict[str, Any] = {"requests": 0, "errors": 0, "ok": 0, "faults": {}}
-    rng = random.Random(faults.seed if faults else 0)
     expected = f"Bearer {api_key}".encode() if api_key else None
 
     @web.middleware
@@ -145,47 +87,8 @@ def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None =
         if expected is not None and request.path.startswith("/v1/"):
             got = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(got, expected):
-                return _error(401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error")
-        if faults is None or request.method != "POST" or not request.path.startswith("/v1/"):
-            return await handler(request)
-        kind = faults.draw(rng)
-        if kind is None:
-            return await handler(request)
-        stats["faults"][kind] = stats["faults"].get(kind, 0) + 1
-        if kind == "429":
-            return web.json_response({"error": {"message": "rate limited (injected)", "code": 429}}, status=429,
-                                     headers={"Retry-After": f"{faults.retry_after:g}"})
-        if kind in ("500", "502", "503"):
-            return _error(int(kind), f"injected {kind}", "server_error")
-        if kind == "reset":
-            if request.transport is not None:
-                request.transport.abort()
-            return web.Response(status=500)  # never reaches the client: its connection is gone
-        if kind in ("timeout", "slow"):
-            await asyncio.sleep(faults.timeout_s if kind == "timeout" else faults.slow_s)
-            return await handler(request)
-        resp = await handler(request)
-        if not isinstance(resp, web.Response) or resp.status != 200 or resp.body is None:
-            return resp
-        stats["ok"] -= 1  # what the handler counted as served whole is mangled below
-        # web.json_response's body is bytes; any other kind of body (a Payload) is passed on unmangled
-        if not isinstance(resp.body, (bytes, bytearray)):
-            return resp
-        body = bytes(resp.body)
-        if kind == "truncated":
-            return web.Response(body=body[: len(body) // 2], content_type="application/json")
-        if kind == "invalid_json":
-            return web.Response(body=b"{not json" + body[:20], content_type="application/json")
-        data = json.loads(body)
-        if kind == "empty_choices":
-            data["choices"] = []
-        else:  # null_content
-            for choice in data.get("choices", []):
-                if "message" in choice:
-                    choice["message"]["content"] = None
-                else:
-                    choice["text"] = None
-        return web.json_response(data)
+                return error_reply(401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error")
+        return await handler(request)
 
     async def models(_: web.Request) -> web.Response:
         return web.json_response(
@@ -197,12 +100,13 @@ def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None =
         try:
             body = json.loads(await req.read())
         except ValueError:
-            return None, _error(400, "request body is not valid JSON")
+            return None, error_reply(400, "request body is not valid JSON")
         if not isinstance(body, dict) or field_name not in body:
-            return None, _error(400, f"request body must be a JSON object with {field_name!r}")
+            return None, error_reply(400, f"request body must be a JSON object with {field_name!r}")
         if body.get("model", names[0]) not in names:
             served = ", ".join(map(repr, names))
-            return None, _error(404, f"model {body.get('model')!r} not found; this server serves {served}", "not_found")
+            return None, error_reply(404, f"model {body.get('model')!r} not found; this server serves {served}",
+                                     "not_found")
         refused = _unsupported(body)
         if refused is not None:
             return None, refused
@@ -228,7 +132,9 @@ def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None =
     def failure(err: CallFailed) -> web.Response:
         """The error reply of a call that failed: 400 for a request too large, else 500."""
         stats["errors"] += 1
-        return _error(400, str(err)) if isinstance(err, RequestTooLarge) else _error(500, str(err), "server_error")
+        if isinstance(err, RequestTooLarge):
+            return error_reply(400, str(err))
+        return error_reply(500, str(err), "server_error")
 
     async def run(request: Request) -> Any:
         stats["requests"] += 1
@@ -258,11 +164,11 @@ def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None =
     async def chat(req: web.Request) -> web.StreamResponse:
         body, err = await parse(req, "messages")
         if err is not None or body is None:
-            return err or _error(400, "no body")
+            return err or error_reply(400, "no body")
         try:
             request = Request(messages=body["messages"], params=params_of(body))
         except ValidationError as exc:
-            return _error(400, f"bad messages: {exc.errors()[0]['msg']}")
+            return error_reply(400, f"bad messages: {exc.errors()[0]['msg']}")
         if body.get("stream"):
             return await stream(req, body, request, chat=True)
         return await answer(request, chat=True, model=body.get("model", names[0]))
@@ -270,12 +176,12 @@ def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None =
     async def completions(req: web.Request) -> web.StreamResponse:
         body, err = await parse(req, "prompt")
         if err is not None or body is None:
-            return err or _error(400, "no body")
+            return err or error_reply(400, "no body")
         prompt = body["prompt"]
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
         if not isinstance(prompt, str):
-            return _error(400, "prompt must be a string (batched prompts are not supported)")
+            return error_reply(400, "prompt must be a string (batched prompts are not supported)")
         request = Request(prompt=prompt, params=params_of(body))
         if body.get("stream"):
             return await stream(req, body, request, chat=False)
@@ -335,6 +241,7 @@ def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None =
         return web.json_response({"status": "ok", **stats, **({"batch": batch()} if callable(batch) else {})})
 
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[guard])
+    app[STATS] = stats
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
@@ -350,11 +257,9 @@ def _usage(out: Any) -> dict[str, int]:
     }
 
 
-def serve(name: str, engine: Engine, host: str = "127.0.0.1", port: int = 8000, *, api_key: str | None = None,
-          faults: FaultSpec | None = None) -> None:
-    """Serve ``engine`` until interrupted."""
-    web.run_app(make_app(name, engine, api_key=api_key, faults=faults), host=host, port=port,
-                print=lambda msg: print(msg, flush=True))
+def serve(app: web.Application, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve ``app`` (``make_app``'s, with whatever middleware was installed on it) until interrupted."""
+    web.run_app(app, host=host, port=port, print=lambda msg: print(msg, flush=True))
 
 
 def is_loopback(host: str) -> bool:

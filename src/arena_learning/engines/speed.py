@@ -199,9 +199,9 @@ def measure(spec: ModelSpec, requests: Sequence[Request], *, decode_tokens: int 
     Nothing goes to a ledger: the calls are made on the engine directly. A model loaded before in this process
     reports the load time it took then (``load_s`` is only measured on a first load)."""
     from . import build_engine
-    from .llamacpp import _MODELS, LlamaCppEngine, _model_key, load_batcher
+    from .llamacpp import LlamaCppEngine, is_loaded, load_batcher
 
-    loaded = spec.engine == "llamacpp" and _model_key(spec) in _MODELS
+    loaded = spec.engine == "llamacpp" and is_loaded(spec)
     t0 = time.perf_counter()
     engine = build_engine(spec)
     if not isinstance(engine, LlamaCppEngine) or spec.parallel < 2:

@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
+from ..progress import Track, tracking
 from ..store import Store
 from .base import Engine, Request
-from .calls import CallStats, arun_requests, make_progress
+from .calls import CallStats, arun_requests
 from .control_tokens import control_token_flags
 
 T = TypeVar("T")
@@ -317,7 +318,8 @@ class StructuredRater(Generic[T]):
         return params
 
     async def arate(
-        self, store: Store, prompts: Sequence[list[dict[str, str]]], *, label: str | None = None, progress: Any = None
+        self, store: Store, prompts: Sequence[list[dict[str, str]]], *, label: str | None = None,
+        progress: Track | None = None,
     ) -> list[Rated[T]]:
         """Return one :class:`Rated` per prompt (chat messages), in order; counts go to ``self.stats``."""
         label = label or self.what
@@ -373,7 +375,7 @@ class StructuredRater(Generic[T]):
         """Synchronous :meth:`arate`, with a progress bar."""
         if not show_progress:
             return asyncio.run(self.arate(store, prompts, label=label))
-        with make_progress() as progress:
+        with tracking() as progress:
             return asyncio.run(self.arate(store, prompts, label=label, progress=progress))
 
 

@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import shutil
-import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +46,7 @@ from .base import (
 from .bundled import BUNDLED_NAME, bundled_model_path, cache_dir
 from .control_tokens import neutralise_messages
 from .identity import content_identity
+from .model_cache import ModelCache
 from .registry import lookup, model_path
 
 BUNDLED_HF_NAME = "gemma3-270m-hf"
@@ -54,8 +54,8 @@ BUNDLED_HF_NAME = "gemma3-270m-hf"
 SOURCE_MARK = ".arena-source"  # hidden: not part of the folder's content identity
 
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transformers")
-_MODELS: dict[tuple[str, str, str], tuple[Any, Any]] = {}
-_MODELS_LOCK = threading.Lock()
+# (folder, its content identity, dtype) -> (model, tokenizer)
+_MODELS: ModelCache[tuple[str, str, str], tuple[Any, Any]] = ModelCache()
 
 
 # ---- GGUF -> safetensors, once -------------------------------------------------------
@@ -202,36 +202,35 @@ def load_model(folder: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
     """Return (model, tokenizer) of ``folder``, shared by every engine that names the same content."""
     folder = Path(folder)
     key = (str(folder.resolve()), content_identity(folder), dtype)
-    with _MODELS_LOCK:
-        if key not in _MODELS:
-            try:
-                from transformers import AutoModelForCausalLM, AutoTokenizer
-            except ImportError as err:  # pragma: no cover - dependencies
-                raise EngineError("engine 'transformers' needs transformers: pip install transformers") from err
-            # A folder retrained in place replaces its older entry (the old weights are never asked again).
-            for old in [k for k in _MODELS if k[0] == key[0]]:
-                del _MODELS[old]
-            try:
-                tok = AutoTokenizer.from_pretrained(str(folder))
-                model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_torch_dtype(dtype))
-            except (OSError, ValueError) as err:
-                raise EngineError(f"transformers could not load {folder}: {err}") from err
-            clear_quantization(model)
-            model.eval()
-            import torch
 
-            if torch.cuda.is_available():  # a GPU machine (a flywheel at scale) generates there
-                model.to("cuda")  # type: ignore[arg-type]  # transformers' stubs type .to() as PreTrainedModel's
-            if tok.pad_token_id is None:
-                tok.pad_token = tok.eos_token
-            _MODELS[key] = (model, tok)
-        return _MODELS[key]
+    def load() -> tuple[Any, Any]:
+        try:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as err:  # pragma: no cover - dependencies
+            raise EngineError("engine 'transformers' needs transformers: pip install transformers") from err
+        # A folder retrained in place replaces its older entry (the old weights are never asked again).
+        _MODELS.drop(lambda k: k[0] == key[0])
+        try:
+            tok = AutoTokenizer.from_pretrained(str(folder))
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_torch_dtype(dtype))
+        except (OSError, ValueError) as err:
+            raise EngineError(f"transformers could not load {folder}: {err}") from err
+        clear_quantization(model)
+        model.eval()
+        import torch
+
+        if torch.cuda.is_available():  # a GPU machine (a flywheel at scale) generates there
+            model.to("cuda")  # type: ignore[arg-type]  # transformers' stubs type .to() as PreTrainedModel's
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        return model, tok
+
+    return _MODELS.get(key, load)
 
 
 def release_models() -> None:
     """Drop every loaded model (before training in the same process, say)."""
-    with _MODELS_LOCK:
-        _MODELS.clear()
+    _MODELS.drop()
     import gc
 
     gc.collect()

@@ -19,7 +19,6 @@ back (``completion_of``) is plain Python, tested without a GPU.
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,10 +29,10 @@ from ..errors import EngineError
 from .base import BatchedEngine, Completion, Request, completion_stops, render_completion_prompt
 from .control_tokens import neutralise_messages
 from .identity import content_identity
+from .model_cache import ModelCache
 
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm")
-_MODELS: dict[tuple[Any, ...], Any] = {}
-_MODELS_LOCK = threading.Lock()
+_MODELS: ModelCache[tuple[Any, ...], Any] = ModelCache()  # (model, n_ctx, dtype, seed, engine_args) -> its vllm.LLM
 
 NO_VLLM = ("engine 'vllm' needs vLLM, which is not installed: pip install vllm (Linux with a CUDA GPU). Without a "
            "GPU here, serve the model elsewhere (`vllm serve MODEL`) and use engine: openai with base_url: "
@@ -65,16 +64,17 @@ def load_llm(spec: ModelSpec) -> Any:
     """Return the shared ``vllm.LLM`` of ``spec`` (one per model, context size, dtype and engine_args)."""
     vllm = require_vllm()
     require_gpu(spec.name)
+
+    def load() -> Any:
+        kwargs = {"model": spec.model, "seed": spec.params.seed, "max_model_len": spec.n_ctx,
+                  "dtype": "float32" if spec.dtype == "float32" else spec.dtype, **spec.engine_args}
+        try:
+            return vllm.LLM(**kwargs)
+        except (OSError, ValueError, RuntimeError) as err:
+            raise EngineError(f"model {spec.name!r}: vLLM could not load {spec.model}: {err}") from err
+
     key = (spec.model, spec.n_ctx, spec.dtype, spec.params.seed, repr(sorted(spec.engine_args.items())))
-    with _MODELS_LOCK:
-        if key not in _MODELS:
-            kwargs = {"model": spec.model, "seed": spec.params.seed, "max_model_len": spec.n_ctx,
-                      "dtype": "float32" if spec.dtype == "float32" else spec.dtype, **spec.engine_args}
-            try:
-                _MODELS[key] = vllm.LLM(**kwargs)
-            except (OSError, ValueError, RuntimeError) as err:
-                raise EngineError(f"model {spec.name!r}: vLLM could not load {spec.model}: {err}") from err
-        return _MODELS[key]
+    return _MODELS.get(key, load)
 
 
 def sampling_kwargs(params: dict[str, Any], stop: list[str]) -> dict[str, Any]:

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ArenaError
-from ..flywheel_state import Delta, ExactAnswers, ExactCount
+from ..flywheel_state import Delta
 from ..rating.bt import BTResult, RateOptions, RatingWarning, rate
 from ..rating.counts import BattleTable
 from ..rating.paired import exact_answers, exact_count, paired_delta
 from ..rating.style import style_control, style_features
-from ..records import Answer, Battle, Prompt, Rating
+from ..records import Answer, Battle, ExactAnswers, Prompt, Rating
 from ..tasks.shortcuts import follows_shortcut
 
 
@@ -54,12 +54,7 @@ class Evidence:
         """Return ``model``'s exact answers, gained and lost against ``other`` (if it was checked too)."""
         if other == model or other not in self.correct:
             other = None
-        e = exact_count(self.correct, self.categories, model, other)
-        if e is None:
-            return None
-        return ExactAnswers(n=e.n, of=e.of, gained=e.gained, lost=e.lost, vs=other,
-                            per_category={c: ExactCount(n=x.n, of=x.of, gained=x.gained, lost=x.lost)
-                                          for c, x in e.per_category.items()})
+        return exact_count(self.correct, self.categories, model, other)
 
     def measured(self, model: str) -> dict[str, Any]:
         """Return the verbosity and shortcut fields of ``Measured`` for ``model``."""

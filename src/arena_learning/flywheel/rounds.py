@@ -56,6 +56,7 @@ from ..flywheel_state import (
     RunRecord,
     SliceRecord,
     StageRecord,
+    TrainSummary,
     load_state,
     save_state,
 )
@@ -385,7 +386,7 @@ class Flywheel:
                     # a sweep variant changes the RL settings only: the main stage's reward model serves it too
                     home = step.data_from.folder if step.data_from is not None else folder
                     rm = self.train_one(REWARD_MODEL.name, current.model, home / "rm", items=items)
-                    rec.rm = rm.summary()
+                    rec.rm = rm
                     self._record_training(REWARD_MODEL.name, rm, None)
                     reward_model = rm.model_dir
                 res = self.train_one(kind.name, current.model, folder, prompts=self._slices[step.slice],
@@ -403,7 +404,7 @@ class Flywheel:
             self._save_state()
             return rec
         rec.seconds.train = round(time.perf_counter() - t2, 1)
-        rec.train = res.summary()
+        rec.train = res
         self._record_training(kind.name, res, rec.sweep)
         rec.train_loss = res.train_loss
         rec.status = "done"
@@ -412,9 +413,9 @@ class Flywheel:
                  f"{res.seconds:.0f} s" + (f" (resumed from {res.resumed_from})" if res.resumed_from else ""))
         return rec
 
-    def _record_training(self, kind: str, res: training.TrainResult, changes: dict[str, Any] | None) -> None:
+    def _record_training(self, kind: str, res: TrainSummary, changes: dict[str, Any] | None) -> None:
         """Add a training run that ran whole here to the machine's record (``arena plan``'s minutes)."""
-        summary = res.summary()
+        summary = res
         if summary.resumed_from is None and summary.steps > 0:
             key = speed.training_key(self.cfg.target.model, kind, self.cfg.training.settings(kind, changes),
                                      self.cfg.training.launch)
@@ -422,7 +423,7 @@ class Flywheel:
 
     def train_one(self, kind: str, base: str, folder: Path, *, items: Sequence[Any] = (),
                   prompts: Sequence[Prompt] = (), reward_model: Path | None = None,
-                  changes: dict[str, Any] | None = None) -> training.TrainResult:
+                  changes: dict[str, Any] | None = None) -> TrainSummary:
         """Train ``kind`` (a training kind: sft, dpo, rm or rl) from ``base`` into ``folder``, in process or launched
         (``launch``), with a sweep variant's ``changes`` to ``training.KIND``."""
         tk = train_kind(kind)
@@ -430,7 +431,7 @@ class Flywheel:
         launch = self.cfg.training.launch
         spec = self.cfg.target
         if launch.launcher == "inprocess":
-            trainer: Callable[..., training.TrainResult] = tk.trainer_fn()
+            trainer: Callable[..., TrainSummary] = tk.trainer_fn()
             if tk.on_prompts:
                 return trainer(base, prompts, folder, settings, spec=spec, reward_model=reward_model)
             return trainer(base, items, folder, settings, spec=spec)

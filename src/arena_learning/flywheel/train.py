@@ -34,7 +34,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,29 +59,6 @@ MODEL_DIR = "model"
 WORK_DIR = "work"
 LOSSES = "losses.json"
 DONE_MARK = ".arena-train.json"  # hidden: not part of the model's content identity
-
-
-@dataclass
-class TrainResult:
-    """What a training stage did."""
-
-    kind: str
-    model_dir: Path
-    examples: int
-    steps: int = 0
-    seconds: float = 0.0
-    train_loss: float | None = None
-    s_per_step: float | None = None
-    peak_rss_mb: float = 0.0
-    resumed_from: str | None = None
-    reused: bool = False
-    log: list[dict[str, Any]] = field(default_factory=list)
-
-    def summary(self) -> TrainSummary:
-        """Return the record the flywheel state and the stage's done files keep of this run."""
-        return TrainSummary(kind=self.kind, model_dir=str(self.model_dir), examples=self.examples, steps=self.steps,
-                            seconds=round(self.seconds, 2), train_loss=self.train_loss, s_per_step=self.s_per_step,
-                            peak_rss_mb=round(self.peak_rss_mb, 1), resumed_from=self.resumed_from)
 
 
 class NoTrainingData(ValueError):
@@ -335,13 +312,13 @@ def _gathered_model(trainer: Any, tok: Any, stage: Path, kind: str) -> Any:
 
 
 def _finish(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float,
-            resumed: Path | None, train_out: Any, run: RunOptions | None = None) -> TrainResult:
+            resumed: Path | None, train_out: Any, run: RunOptions | None = None) -> TrainSummary:
     """Merge LoRA, save the model folder atomically, write the losses; return the result."""
     final = stage / MODEL_DIR
     if run is not None and run.launched:
         model = _gathered_model(trainer, tok, stage, kind)
         if model is None:  # another rank: the main process writes the stage's files
-            return TrainResult(kind=kind, model_dir=final, examples=n_rows, steps=int(trainer.state.global_step))
+            return TrainSummary(kind=kind, model_dir=final, examples=n_rows, steps=int(trainer.state.global_step))
     else:
         model = trainer.model
         if hasattr(model, "merge_and_unload"):
@@ -356,19 +333,20 @@ def _finish(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started
     loss = getattr(train_out, "training_loss", None)
     runtime = (getattr(train_out, "metrics", None) or {}).get("train_runtime")
     ran = steps - (int(resumed.name.split("-")[1]) if resumed is not None else 0)
-    result = TrainResult(kind=kind, model_dir=final, examples=n_rows, steps=steps, seconds=seconds,
-                         train_loss=float(loss) if loss is not None else None,
-                         s_per_step=(runtime / ran) if runtime and ran > 0 else None, peak_rss_mb=_peak_rss_mb(),
-                         resumed_from=str(resumed) if resumed else None, log=list(trainer.state.log_history))
-    (tmp / DONE_MARK).write_text(json.dumps(result.summary().model_dump()))
+    result = TrainSummary(kind=kind, model_dir=final, examples=n_rows, steps=steps, seconds=round(seconds, 2),
+                          train_loss=float(loss) if loss is not None else None,
+                          s_per_step=(runtime / ran) if runtime and ran > 0 else None,
+                          peak_rss_mb=round(_peak_rss_mb(), 1), resumed_from=str(resumed) if resumed else None,
+                          log=list(trainer.state.log_history))
+    (tmp / DONE_MARK).write_text(json.dumps(result.model_dump()))
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    write_json(stage / LOSSES, {**result.summary().model_dump(), "done": True, "log": result.log})
+    write_json(stage / LOSSES, {**result.model_dump(), "done": True, "log": result.log})
     return result
 
 
-def done_result(stage: str | Path, kind: str) -> TrainResult | None:
+def done_result(stage: str | Path, kind: str) -> TrainSummary | None:
     """Return what the finished training in ``stage`` did (None when it holds no finished model)."""
     stage = Path(stage)
     if not stage_done(stage):
@@ -377,9 +355,9 @@ def done_result(stage: str | Path, kind: str) -> TrainResult | None:
     log = []
     with contextlib.suppress(OSError, ValueError):
         log = json.loads((stage / LOSSES).read_text()).get("log", [])
-    return TrainResult(kind=kind, model_dir=stage / MODEL_DIR, examples=summary.examples, steps=summary.steps,
-                       seconds=summary.seconds, train_loss=summary.train_loss, s_per_step=summary.s_per_step,
-                       peak_rss_mb=summary.peak_rss_mb, reused=True, log=log)
+    # where the stage is now, and not resumed: nothing was trained in this run
+    return summary.model_copy(update={"kind": kind, "model_dir": stage / MODEL_DIR, "resumed_from": None,
+                                      "reused": True, "log": log})
 
 
 @contextlib.contextmanager
@@ -415,7 +393,7 @@ def answer_tokens_only_on_cpu() -> Iterator[None]:
 
 
 def _run(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float, retrain: bool,
-         run: RunOptions | None = None) -> TrainResult:
+         run: RunOptions | None = None) -> TrainSummary:
     work = stage / WORK_DIR
     resume = None if retrain else last_checkpoint(work)
     # Trainer logs print to stdout (tqdm.write); stdout is for results (--json), so send them to stderr.
@@ -439,7 +417,7 @@ def _prepare(stage: str | Path, base: str | Path, retrain: bool) -> tuple[Path, 
 
 
 def train_sft(base: str | Path, items: Sequence[SFTItem], stage: str | Path, settings: SFTSettings | None = None,
-              *, spec: ModelSpec | None = None, retrain: bool = False, run: RunOptions | None = None) -> TrainResult:
+              *, spec: ModelSpec | None = None, retrain: bool = False, run: RunOptions | None = None) -> TrainSummary:
     """Fine-tune ``base`` on SFT examples (TRL SFTTrainer, loss on the answers); the model lands in STAGE/model."""
     s = settings or SFTSettings()
     stage_p = Path(stage)
@@ -463,7 +441,7 @@ def train_sft(base: str | Path, items: Sequence[SFTItem], stage: str | Path, set
 
 def train_dpo(base: str | Path, items: Sequence[PreferenceItem], stage: str | Path,
               settings: DPOSettings | None = None, *, spec: ModelSpec | None = None,
-              retrain: bool = False, run: RunOptions | None = None) -> TrainResult:
+              retrain: bool = False, run: RunOptions | None = None) -> TrainSummary:
     """DPO on preference pairs (TRL DPOTrainer; with LoRA the reference is the base with adapters off)."""
     s = settings or DPOSettings()
     stage_p = Path(stage)
@@ -492,7 +470,7 @@ def train_dpo(base: str | Path, items: Sequence[PreferenceItem], stage: str | Pa
 
 def train_reward(base: str | Path, items: Sequence[PreferenceItem], stage: str | Path,
                  settings: RMSettings | None = None, *, spec: ModelSpec | None = None,
-                 retrain: bool = False, run: RunOptions | None = None) -> TrainResult:
+                 retrain: bool = False, run: RunOptions | None = None) -> TrainSummary:
     """A reward model (sequence classifier, one score) on preference pairs (TRL RewardTrainer, with margins)."""
     s = settings or RMSettings()
     stage_p = Path(stage)
@@ -522,7 +500,7 @@ def train_reward(base: str | Path, items: Sequence[PreferenceItem], stage: str |
 
 def train_rl(base: str | Path, prompts: Sequence[Prompt], stage: str | Path, settings: RLSettings | None = None,
              *, spec: ModelSpec | None = None, reward_model: str | Path | None = None,
-             retrain: bool = False, run: RunOptions | None = None) -> TrainResult:
+             retrain: bool = False, run: RunOptions | None = None) -> TrainSummary:
     """The RL stage: RLOO (or GRPO) on ``prompts``, rewarded by ``reward_model`` or the task verifier.
 
     ``settings.reward``: ``model`` needs ``reward_model`` (a folder from ``train_reward``);

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from ..config import ModelSpec, Section, validate_config
 from ..errors import ArenaError
+from ..flywheel_state import TrainSummary
 from ..records import Prompt
 from . import train as training
 from .export import read_items
@@ -71,7 +72,7 @@ def read_job(path: str | Path) -> StageJob:
     return validate_config(data, StageJob, str(p))
 
 
-def run_job(job: StageJob) -> training.TrainResult:
+def run_job(job: StageJob) -> TrainSummary:
     """Train the stage ``job`` describes (on this rank); return what it did."""
     settings = validate_config(job.settings, SETTINGS[job.kind], f"the {job.kind} settings of {job.stage}")
     run = training.RunOptions(mixed_precision=job.mixed_precision, cpu=job.cpu, launched=True)
@@ -88,7 +89,7 @@ def run_job(job: StageJob) -> training.TrainResult:
         raise ArenaError(f"stage job for {job.stage}: a {job.kind} stage needs its data file")
     items = read_items(job.data)
     fn: Any = kind.trainer_fn()  # its settings' type follows the kind
-    result: training.TrainResult = fn(job.base, items, job.stage, settings, **kw)
+    result: TrainSummary = fn(job.base, items, job.stage, settings, **kw)
     return result
 
 
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ArenaError, training.NoTrainingData) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(res.summary().model_dump()), file=sys.stderr)
+    print(json.dumps(res.model_dump()), file=sys.stderr)
     return 0
 
 

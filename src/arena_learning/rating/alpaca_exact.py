@@ -29,6 +29,7 @@ no gamed rows: their formula and fit, not their numbers.
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ import numpy as np
 
 from ..errors import ArenaError
 from ..records import Battle
-from .lengthcontrol import LCWinRate, _identified, _Rows, leave_one_out_difficulty
+from .lengthcontrol import LCWinRate, _identified, _Rows, leave_one_out_difficulty, warn_unknown_lengths
 
 GAMED_COLUMNS = ("index", "preference", "std_delta_len", "instruction_difficulty", "not_gamed_baseline")
 """The columns of AlpacaEval's ``df_gamed.csv`` that the fit reads (a ``model`` column is dropped, as they do)."""
@@ -184,11 +185,13 @@ def alpaca_eval_lc_win_rates(
 ) -> list[LCWinRate]:
     """Return every model's raw and LC win rate against ``reference`` computed as AlpacaEval computes them
     (module docstring), best LC first. ``positions``: prompt id -> its index (test-set position); a battle
-    on another prompt, or without both lengths, is left out. The instruction difficulty comes from
+    on another prompt, or without both lengths, is left out (the latter counted and warned, as in lengthcontrol).
+    The instruction difficulty comes from
     ``gamed`` (as theirs), else ``difficulty`` (index -> value), else this workspace's battles.
     ``bootstrap`` rounds resample the model's prompts (the gamed rows stay), the fit redone each time."""
 
     per_model: dict[str, list[tuple[int, int, float, float, float]]] = {}
+    no_length: Counter[str] = Counter()
     seen_reference = False
     for order, b in enumerate(battles):
         if reference not in (b.model_a, b.model_b) or b.model_a == b.model_b:
@@ -196,7 +199,10 @@ def alpaca_eval_lc_win_rates(
         seen_reference = True
         model = b.model_b if b.model_a == reference else b.model_a
         lm, lr = lengths.get((b.prompt_id, model)), lengths.get((b.prompt_id, reference))
-        if lm is None or lr is None or b.prompt_id not in positions:
+        if lm is None or lr is None:
+            no_length[model] += 1
+            continue
+        if b.prompt_id not in positions:
             continue
         won = {"tie": 0.5, "model_a": 1.0, "model_b": 0.0}[b.outcome]
         points = won if b.model_a == model else 1.0 - won
@@ -206,6 +212,7 @@ def alpaca_eval_lc_win_rates(
         raise ArenaError(f"no battles against the reference {reference!r}: give a model that played the others")
     if not per_model:
         raise ArenaError(f"the battles against {reference!r} have no answer lengths: import or generate the answers")
+    warn_unknown_lengths(no_length, reference)
     models = list(per_model)
     # their rows are the annotations in the order of the instructions
     arrays = {m: np.array(sorted(per_model[m], key=lambda r: (r[0], r[1])), dtype=np.float64) for m in models}
@@ -255,7 +262,7 @@ def alpaca_eval_lc_win_rates(
             # their feature is the baseline's length minus the model's: + here still means "likes longer"
             length_coef=-float(coef[0]), difficulty_coef=float(coef[1]),
             avg_length=float(len_m.mean()), reference_avg_length=float(len_r.mean()),
-            length_slope="alpaca-eval", length_identified=identified))
+            length_slope="alpaca-eval", length_identified=identified, unknown_length=no_length[m]))
     unidentified = [r.model for r in out if not r.length_identified]
     if unidentified:
         how = ("their gamed rows pin the slopes (a padded copy of the baseline is what they were made for)" if gamed

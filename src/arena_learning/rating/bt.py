@@ -120,13 +120,14 @@ class RatingWarning(UserWarning):
     """The data cannot support exact ratings (no MLE, models absent from bootstrap rounds)."""
 
 
-def _warn(notes: list[str], msg: str) -> None:
+def _warn(notes: list[str], msg: str, stacklevel: int = 3) -> None:
     """Add ``msg`` to the fit's ``notes`` (for reports) and warn it as a ``RatingWarning``.
 
-    Called by the fitting function itself: the warning names the line that called that function.
+    Called by the fitting function itself: the warning names the line that called that function
+    (``stacklevel`` 4 from a helper of the fitting function).
     """
     notes.append(msg)
-    warnings.warn(msg, RatingWarning, stacklevel=3)
+    warnings.warn(msg, RatingWarning, stacklevel=stacklevel)
 
 
 @dataclass
@@ -190,6 +191,52 @@ class BTResult:
                 )
             )
         return out
+
+
+@dataclass
+class BootstrapSummary:
+    """What the rounds of a bootstrap say about K models (``summarize_bootstrap``).
+
+    Attributes:
+        median, ci_low, ci_high: float64 (K,) quantiles over the rounds; NaN for a model in no round.
+        rank_ci: int64 (K,), 1 + number of models whose ci_low is above this ci_high.
+        no_interval: the models in no round (no interval; named in a warning).
+    """
+
+    median: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    rank_ci: np.ndarray
+    no_interval: list[str]
+
+
+def summarize_bootstrap(
+    boot: np.ndarray, models: Sequence[str], ci: float, notes: list[str], *, unconverged: int, fit: str = ""
+) -> BootstrapSummary:
+    """Return the intervals of ``boot`` (float64 (B, K), NaN where a model had no battle in a round).
+
+    Every bootstrap of ratings (``rate`` and style control's ``rate_style``) ends here, so they
+    report alike: the ``unconverged`` rounds are counted in ``notes``, and the models left with
+    no interval are warned by name. ``fit`` names the fit in those lines ("style-controlled ").
+    Called by the fitting function: its warnings name the line that called that function.
+    """
+    rounds = boot.shape[0]
+    if unconverged:
+        notes.append(f"{unconverged} {fit}bootstrap round(s) did not converge")
+    alpha = (1.0 - ci) / 2.0
+    with warnings.catch_warnings():
+        # a model absent from every round has an all-NaN column: warned below, by name
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, median, hi = np.nanquantile(boot, [alpha, 0.5, 1.0 - alpha], axis=0)
+    no_interval = [models[int(j)] for j in np.flatnonzero(~(np.isfinite(lo) & np.isfinite(hi)))]
+    if no_interval:
+        msg = (
+            f"{', '.join(no_interval)}: no battle in any of the {rounds} bootstrap rounds, so no {fit}interval "
+            "(too few battles or prompts for this model; use more rounds or --resample battle)"
+        )
+        _warn(notes, msg, stacklevel=4)
+    rank_ci = (1 + (lo[None, :] > hi[:, None]).sum(axis=1)).astype(np.int64)
+    return BootstrapSummary(median, lo, hi, rank_ci, no_interval)
 
 
 def _finite_or_none(values: np.ndarray | None, k: int) -> float | None:
@@ -274,6 +321,7 @@ def rate(
         n_prior_rounds = 0
         n_absent_rounds = 0
         n_anchorless_rounds = 0
+        n_unconverged = 0
         for counts in resampled_counts:
             bw, bt_ = cells.matrices(counts)
             bpresent = (bw + bw.transpose(0, 2, 1) + bt_).sum(-1) > 0
@@ -285,8 +333,7 @@ def rate(
                 n_prior_rounds += int((~bconn).sum())
             # a round where no battle is a tie cannot fit Davidson's nu: it falls back to nu = 0
             btheta, _, bok = _fit(bw, bt_, o.ties, bpresent, bprior)
-            if not bok.all():
-                notes.append(f"{int((~bok).sum())} bootstrap round(s) did not converge")
+            n_unconverged += int((~bok).sum())
             elo = btheta * elo_per_unit
             elo[~bpresent] = np.nan
             n_absent_rounds += int((~bpresent.all(axis=1)).sum())
@@ -314,19 +361,8 @@ def rate(
                 f"{o.anchor!r}; they say nothing about ratings relative to it, so no interval uses them"
             )
             _warn(notes, msg)
-        alpha = (1.0 - o.ci) / 2.0
-        with warnings.catch_warnings():
-            # a model absent from every round has an all-NaN column: warned below, by name
-            warnings.simplefilter("ignore", RuntimeWarning)
-            lo, median, hi = np.nanquantile(boot, [alpha, 0.5, 1.0 - alpha], axis=0)
-        no_interval = [models[j] for j in np.flatnonzero(~(np.isfinite(lo) & np.isfinite(hi)))]
-        if no_interval:
-            msg = (
-                f"{', '.join(no_interval)}: no battle in any of the {o.bootstrap} bootstrap rounds, so no interval "
-                "(too few battles or prompts for this model; use more rounds or --resample battle)"
-            )
-            _warn(notes, msg)
-        rank_ci = 1 + (lo[None, :] > hi[:, None]).sum(axis=1)
+        summary = summarize_bootstrap(boot, models, o.ci, notes, unconverged=n_unconverged)
+        median, lo, hi, rank_ci = summary.median, summary.ci_low, summary.ci_high, summary.rank_ci
 
     rank = ranks(point)
     return BTResult(
@@ -337,7 +373,7 @@ def rate(
         ci_low=lo,
         ci_high=hi,
         rank=rank,
-        rank_ci=None if rank_ci is None else rank_ci.astype(np.int64),
+        rank_ci=rank_ci,
         wins=wins,
         losses=losses,
         ties=tie_counts,

@@ -33,6 +33,7 @@ is AlpacaEval's per-model form (its own slope and SD per model), for figures set
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -74,6 +75,7 @@ class LCWinRate:
     reference_avg_length: float
     length_slope: str = "per-model"  # how phi was fitted: pooled over the models, or this model's own
     length_identified: bool = True  # whether this model's own battles could tell its length slope apart
+    unknown_length: int = 0  # its battles against the reference left out: an answer's length is unknown
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,11 +177,13 @@ def lc_win_rates(
 
     ``battles``: any battles; those between a model and ``reference`` count. ``lengths``:
     (prompt id, model) -> answer length (AlpacaEval uses characters); a battle whose answer
-    length is unknown is left out. ``bootstrap`` rounds resample prompts (0: no intervals).
+    length is unknown is left out, counted (``LCWinRate.unknown_length``) and warned with the count
+    (``warn_unknown_lengths``). ``bootstrap`` rounds resample prompts (0: no intervals).
     """
     models: list[str] = []
     prompt_ids: dict[str, int] = {}
     raw: dict[str, list[tuple[float, float, int, float, float]]] = {}
+    unknown: Counter[str] = Counter()
     seen_reference = False
     for b in battles:
         if reference not in (b.model_a, b.model_b) or b.model_a == b.model_b:
@@ -188,6 +192,7 @@ def lc_win_rates(
         model = b.model_b if b.model_a == reference else b.model_a
         la, lr = lengths.get((b.prompt_id, model)), lengths.get((b.prompt_id, reference))
         if la is None or lr is None:
+            unknown[model] += 1
             continue
         won = {"tie": 0.5, "model_a": 1.0, "model_b": 0.0}[b.outcome]
         y = won if b.model_a == model else 1.0 - won
@@ -202,6 +207,7 @@ def lc_win_rates(
                          "(e.g. the AlpacaEval baseline whose outputs were imported)")
     if not raw:
         raise ArenaError(f"the battles against {reference!r} have no answer lengths: import or generate the answers")
+    warn_unknown_lengths(unknown, reference)
     if length_slope not in LENGTH_SLOPES:
         raise ArenaError(f"unknown length slope {length_slope!r}: use one of {', '.join(LENGTH_SLOPES)}")
     rows = {}
@@ -242,7 +248,8 @@ def lc_win_rates(
             win_rate=float(100.0 * r.y.mean()), win_low=win_lo, win_high=win_hi,
             lc_win_rate=lc, lc_low=lc_lo, lc_high=lc_hi, length_coef=float(coef[1]), difficulty_coef=float(coef[2]),
             avg_length=float(r.len_model.mean()), reference_avg_length=float(r.len_ref.mean()),
-            length_slope="pooled" if pooled else "per-model", length_identified=identified))
+            length_slope="pooled" if pooled else "per-model", length_identified=identified,
+            unknown_length=unknown[m]))
     if unidentified:
         names = ", ".join(unidentified)
         if pooled:
@@ -257,6 +264,15 @@ def lc_win_rates(
                       f"quality; {how}", UserWarning, stacklevel=2)
     out.sort(key=lambda x: -x.lc_win_rate)
     return out
+
+
+def warn_unknown_lengths(unknown: Mapping[str, int], reference: str) -> None:
+    """Warn how many battles against ``reference`` were left out for an unknown answer length, per model."""
+    if not any(unknown.values()):
+        return
+    per_model = ", ".join(f"{m} {n}" for m, n in sorted(unknown.items()) if n)
+    warnings.warn(f"{sum(unknown.values())} battles against {reference} left out: an answer's length is unknown "
+                  f"(its answer is not in the workspace); by model: {per_model}", UserWarning, stacklevel=3)
 
 
 def _identified(r: _Rows, sd: float) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArenaError
-from ..records import Answer, Battle, Prompt
+from ..records import Answer, Battle, ExactAnswers, ExactCount, Prompt
 from .bt import BTResult
 
 EXACT_SCORE = 10.0
@@ -128,33 +128,8 @@ def exact_answers(prompts: Sequence[Prompt], answers: Iterable[Answer]) -> dict[
     return out
 
 
-@dataclass
-class ExactCount:
-    """Exact answers of a model; with a model to compare to, the prompts gained and lost against it.
-
-    Attributes:
-        n: exact answers of the model; of: prompts of it checked.
-        gained, lost: among prompts both answered, exact here but not there / there but not here
-            (None without a model to compare to).
-        per_category: the same per prompt category.
-    """
-
-    n: int = 0
-    of: int = 0
-    gained: int | None = None
-    lost: int | None = None
-    per_category: dict[str, ExactCount] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"n": self.n, "of": self.of, "gained": self.gained, "lost": self.lost}
-        if self.per_category:
-            out["per_category"] = {c: {k: v for k, v in e.as_dict().items() if k != "per_category"}
-                                   for c, e in self.per_category.items()}
-        return out
-
-
 def exact_count(correct: Mapping[str, Mapping[str, bool]], categories: Mapping[str, str | None], model: str,
-                other: str | None = None) -> ExactCount | None:
+                other: str | None = None) -> ExactAnswers | None:
     """Return ``model``'s exact answers (``exact_answers``' table), gained and lost against ``other`` if given.
 
     None when no answer of ``model`` was checked (no prompt carries a checker reference).
@@ -164,7 +139,7 @@ def exact_count(correct: Mapping[str, Mapping[str, bool]], categories: Mapping[s
         return None
     theirs = correct.get(other) if other is not None else None
     start = None if theirs is None else 0
-    total = ExactCount(gained=start, lost=start)
+    total = ExactAnswers(gained=start, lost=start, vs=None if theirs is None else other)
     for pid, ok in mine.items():
         cat = categories.get(pid) or "other"
         row = total.per_category.setdefault(cat, ExactCount(gained=start, lost=start))
@@ -187,8 +162,8 @@ class ModelDiff:
 
     delta: PairedDelta
     head: HeadToHead
-    exact: ExactCount | None
-    exact_other: ExactCount | None
+    exact: ExactAnswers | None
+    exact_other: ExactAnswers | None
     settings: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from .bt import (
     damped_step,
     ranks,
     rate,
+    summarize_bootstrap,
 )
 from .counts import A_WINS, TIE, BattleTable, CellCounts
 
@@ -269,6 +270,7 @@ def rate_style(
     coef_lo = coef_hi = None
     if o.bootstrap > 0:
         parts, coef_parts = [], []
+        unconverged = 0
         for battle_mult in multiplier_chunks():
             rc = battle_mult.shape[0]
             bw = rows.base_weight[None, :] * battle_mult[:, rows.battle]
@@ -278,7 +280,8 @@ def rate_style(
             else:
                 bconn = _fit_exists(rows.win_matrix(bw), np.zeros((rc, k, k)), "half", bpresent)
                 bprior = np.where(bconn, 0.0, o.prior_games)
-            bth, bbeta, _ = _fit_contextual(rows, bw, bpresent, bprior, ridge=1e-9)
+            bth, bbeta, bok = _fit_contextual(rows, bw, bpresent, bprior, ridge=1e-9)
+            unconverged += int((~bok).sum())
             elo = bth * elo_per_unit
             elo[~bpresent] = np.nan
             parts.append(_gauge(elo, bpresent, models, o.anchor, o.anchor_rating, o.initial, point))
@@ -287,9 +290,9 @@ def rate_style(
             coef_parts.append(full)
         boot = np.concatenate(parts)
         coefs = np.concatenate(coef_parts)
+        summary = summarize_bootstrap(boot, models, o.ci, notes, unconverged=unconverged, fit="style-controlled ")
+        median, lo, hi, rank_ci = summary.median, summary.ci_low, summary.ci_high, summary.rank_ci
         alpha = (1.0 - o.ci) / 2.0
-        lo, median, hi = np.nanquantile(boot, [alpha, 0.5, 1.0 - alpha], axis=0)
-        rank_ci = (1 + (lo[None, :] > hi[:, None]).sum(axis=1)).astype(np.int64)
         coef_lo, coef_hi = np.quantile(coefs, [alpha, 1.0 - alpha], axis=0)
 
     wins, losses, tie_counts, battles = _model_counts(table)

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArenaError
-from ..flywheel_state import Delta, ExactCount, FlywheelState, RatedModel, RoundRow, load_state, state_path
-from ..records import Battle, Prompt, Rating
+from ..flywheel_state import Delta, FlywheelState, RatedModel, RoundRow, load_state, state_path
+from ..records import Battle, ExactCount, Prompt, Rating
 from ..store import Store
 from .browser import BrowserData, build_browser, json_for_html
 from .charts import bars, ci_plot, esc, heatmap, line_chart, scatter
