@@ -129,13 +129,15 @@ def test_every_example_is_named_in_the_docs():
     assert not missing, f"example configs no page mentions: {missing}"
 
 
-CURATE = {"testset.yaml": "testset", "paper-testset.yaml": "testset", "pool.yaml": "pool", "paper-pool.yaml": "pool"}
+CURATE = {"testset.yaml": "testset", "paper-testset.yaml": "testset", "pool.yaml": "pool", "paper-pool.yaml": "pool",
+          "logs-testset.yaml": "testset", "logs-pool.yaml": "pool"}  # the logs guide's: run in test_guides.py
 # paper-scale reads the JSONL test set that `arena testset build examples/paper-testset.yaml` writes at scale;
 # planned here on the task suite instead (the prompts' source is all that changes)
-PLAN_SETS = {"paper-scale.yaml": ["--set", "prompts=null", "--set", "tasks.n=9"]}
+PLAN_SETS = {"paper-scale.yaml": ["--set", "prompts=null", "--set", "tasks.n=9"],
+             "rate-endpoints.yaml": ["--set", "prompts=null", "--set", "tasks.n=9"]}  # on its data: test_guides.py
 # paper-flywheel plans on the stored test set and nine slices the paper-testset and paper-pool builds leave:
 # test_examples_scale.py builds them from public data and checks that plan (a slow test); loaded here
-PLANNED_ELSEWHERE = {"paper-flywheel.yaml"}
+PLANNED_ELSEWHERE = {"paper-flywheel.yaml", "flywheel-my-model.yaml"}  # and the guide's: test_guides.py
 # examples whose prompts are public data in ../shared/data (skipped with a message where it is absent)
 SHARED_PROMPTS = {"open-prompts.yaml": ("vicuna_bench", "question.jsonl")}
 
