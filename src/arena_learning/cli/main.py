@@ -206,6 +206,14 @@ def leaderboard(
         "--diff", metavar="A B", help="compare two models instead, paired: A's rating minus B's with a 95% CI from "
         "the same bootstrap resamples of the prompts, P(A>B), A's battles against B, exact answers gained and lost "
         "per category")] = None,
+    target: Annotated[str | None, typer.Option(
+        "--target", help="with --by: where this model is behind or ahead beyond chance, per group: its paired gap "
+                         "to the best other model and to the field (bootstrap over the group's prompts, every model "
+                         "resampled together), Holm-corrected over the groups, behind first, with prompts it lost")
+    ] = None,
+    min_prompts: Annotated[int, typer.Option(
+        "--min-prompts", min=2, help="with --target: groups with fewer prompts are listed as too small, not tested"
+    )] = 10,
     manifest: Annotated[bool, typer.Option(
         "--manifest", help="print the board's manifest instead (JSON): the judge's identity, template hash and "
                            "sampling, the test set's size and hash, schedule, rating settings and seeds, canaries, "
@@ -237,10 +245,17 @@ def leaderboard(
         else:
             judge_board(workspace, judge, json_out, csv)
         return
+    if target is not None and by is None:
+        raise ArenaError("--target shows a model's gaps per group: give --by category, cluster or subset with it")
     if by is not None and (style_control or csv is not None):
         raise ArenaError("--by prints one board per group: it goes without --style-control and --csv")
     if style_control:
         _style_board(workspace, json_out)
+        return
+    if by is not None and target is not None:
+        from .scores import print_group_gaps
+
+        print_group_gaps(workspace, by, target, json_out, min_prompts)
         return
     if by is not None:
         from .scores import print_group_boards
