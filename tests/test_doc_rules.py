@@ -130,7 +130,8 @@ def _judge_names() -> set[str]:
 
 # Options of other programs that pages name in prose (an `arena` option of the same spelling needs no entry).
 OTHER_PROGRAMS = {
-    "--dry-run": "benchmarks/gpu_check.py", "--cpu": "accelerate launch", "--num_machines": "accelerate launch", "--parallel": "llama.cpp's server",
+    "--dry-run": "benchmarks/gpu_check.py",
+    "--cpu": "accelerate launch", "--num_machines": "accelerate launch", "--parallel": "llama.cpp's server",
     "--quick": "benchmarks/bench_judge_truth.py",
 }
 

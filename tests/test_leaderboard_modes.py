@@ -60,3 +60,14 @@ def test_a_workspace_of_imported_judgments_shows_its_judges_board_unless_a_board
 def test_options_that_ask_for_two_kinds_of_board_are_refused_with_what_goes_together(options, message):
     with pytest.raises(ArenaError, match=message):
         options.mode(imported_here)
+
+
+def test_target_asks_for_the_gaps_of_a_model_per_group_and_needs_by():
+    from arena_learning.cli.options import LeaderboardOptions
+    from arena_learning.errors import ArenaError
+
+    assert LeaderboardOptions(by="category", target="m").mode(lambda: False) == "gaps"
+    for bad in (LeaderboardOptions(target="m"), LeaderboardOptions(by="category", target="m", style_control=True),
+                LeaderboardOptions(by="category", target="m", baseline="b")):
+        with pytest.raises(ArenaError, match="--target"):
+            bad.mode(lambda: False)

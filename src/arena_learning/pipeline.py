@@ -31,6 +31,7 @@ from .store import DEFAULT_SET, Store
 from .tasks import generate_tasks
 
 if TYPE_CHECKING:
+    from .rating.gaps import GapReport
     from .rating.lengthcontrol import LCWinRate
     from .rating.style import StyleResult
 
@@ -530,3 +531,17 @@ def stage_group_boards(cfg: RunConfig, store: Store, by: str, *, bootstrap: int 
     r = cfg.ratings
     return group_boards(battles, store.get_prompts(TEST_SET), by, anchor=r.anchor, anchor_rating=r.anchor_rating,
                         bootstrap=r.bootstrap if bootstrap is None else bootstrap, resample=r.resample, seed=r.seed)
+
+
+def stage_group_gaps(cfg: RunConfig, store: Store, by: str, target: str, *, min_prompts: int = 10
+                     ) -> tuple[GapReport, dict[str, str]]:
+    """Return the target's per-group gaps on the test set's battles grouped ``by``, and the prompts' first turns."""
+    from .rating.gaps import group_gaps
+
+    battles = stored_battles(cfg, store)
+    prompts = store.get_prompts(TEST_SET)
+    r = cfg.ratings
+    report = group_gaps(battles, prompts, by, target, bootstrap=max(r.bootstrap, 100), seed=r.seed,
+                        min_prompts=min_prompts)
+    wanted = {pid for g in report.groups for pid in g.lost}
+    return report, {p.id: p.turns[0] for p in prompts if p.id in wanted}

@@ -198,6 +198,14 @@ def leaderboard(
         "--diff", metavar="A B", help="compare two models instead, paired: A's rating minus B's with a 95% CI from "
         "the same bootstrap resamples of the prompts, P(A>B), A's battles against B, exact answers gained and lost "
         "per category")] = None,
+    target: Annotated[str | None, typer.Option(
+        "--target", help="with --by: where this model is behind or ahead beyond chance, per group: its paired gap "
+                         "to the best other model and to the field (bootstrap over the group's prompts, every model "
+                         "resampled together), Holm-corrected over the groups, behind first, with prompts it lost")
+    ] = None,
+    min_prompts: Annotated[int, typer.Option(
+        "--min-prompts", min=2, help="with --target: groups with fewer prompts are listed as too small, not tested"
+    )] = 10,
     manifest: Annotated[bool, typer.Option(
         "--manifest", help="print the board's manifest instead (JSON): the judge's identity, template hash and "
                            "sampling, the test set's size and hash, schedule, rating settings and seeds, canaries, "
@@ -205,7 +213,7 @@ def leaderboard(
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
     options = LeaderboardOptions(by=by, csv=csv, style_control=style_control, baseline=baseline, judge=judge,
-                                 diff=diff, manifest=manifest)
+                                 diff=diff, manifest=manifest, target=target)
     mode = options.mode(lambda: _imported_only(workspace))
     if mode == "manifest":
         found = pipeline.workspace_manifest(workspace)
@@ -229,6 +237,12 @@ def leaderboard(
         return
     if mode == "style":
         _style_board(workspace, json_out)
+        return
+    if mode == "gaps":
+        from .scores import print_group_gaps
+
+        assert options.by is not None and options.target is not None  # mode "gaps" says so
+        print_group_gaps(workspace, options.by, options.target, json_out, min_prompts)
         return
     if mode == "groups":
         from .scores import print_group_boards

@@ -18,7 +18,7 @@ def ray_overrides(address: str | None) -> list[str]:
     return ["scale.backend=ray", f"scale.address={'null' if address == 'local' else address}"]
 
 
-BoardMode = Literal["manifest", "diff", "baseline", "judge", "style", "groups", "board"]
+BoardMode = Literal["manifest", "diff", "baseline", "judge", "style", "gaps", "groups", "board"]
 """The kinds of output ``arena leaderboard`` gives: the run's manifest, two models compared (``--diff``),
 win rates against a model (``--baseline``), a judge's board (``--judge``, or a workspace of imported
 judgments), style control, one board per group (``--by``), or the run's board."""
@@ -39,6 +39,7 @@ class LeaderboardOptions:
     judge: str | None = None
     diff: tuple[str, str] | None = None
     manifest: bool = False
+    target: str | None = None
 
     def mode(self, imported_only: Callable[[], bool]) -> BoardMode:
         """Return the output asked for; raise ArenaError for options that ask for two kinds of board.
@@ -48,6 +49,10 @@ class LeaderboardOptions:
         """
         if self.manifest:
             return "manifest"
+        if self.target is not None and (self.by is None or self.diff is not None or self.baseline is not None
+                                        or self.judge is not None or self.style_control or self.csv is not None):
+            raise ArenaError("--target shows a model's gaps per group: give it with --by category, cluster or "
+                             "subset, and without --diff, --baseline, --judge, --style-control and --csv")
         if self.diff is not None:
             if self.by is not None or self.style_control or self.baseline is not None or self.csv is not None:
                 raise ArenaError("--diff compares two models: it goes without --by, --style-control, --baseline "
@@ -62,4 +67,6 @@ class LeaderboardOptions:
             raise ArenaError("--by prints one board per group: it goes without --style-control and --csv")
         if self.style_control:
             return "style"
-        return "groups" if self.by is not None else "board"
+        if self.by is not None:
+            return "gaps" if self.target is not None else "groups"
+        return "board"

@@ -196,3 +196,44 @@ def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
     for name, why in skipped.items():
         stderr_console().print("[yellow]" + escape(f"{by} {name}: no leaderboard ({why})"), highlight=False,
                                    soft_wrap=True)
+
+
+def _gap_cell(gap, alpha: float) -> str:  # gap: rating.gaps.Gap | None
+    if gap is None:
+        return ""
+    ci = "" if gap.ci_low is None else f" [{gap.ci_low:+.0f}, {gap.ci_high:+.0f}]"
+    mark = "*" if gap.verdict(alpha) else ""
+    return f"{gap.delta:+.1f}{ci}{mark}"
+
+
+def print_group_gaps(workspace: Path, by: str, target: str, json_out: bool, min_prompts: int) -> None:
+    """Print the target's per-group gaps (``arena leaderboard --by GROUP --target M``), behind beyond chance first."""
+    from ..pipeline import load_saved_config, stage_group_gaps
+    from ..rating.groups import GROUP_BY
+
+    if by not in GROUP_BY:
+        raise ArenaError(f"--by {by}: cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
+    with Store(workspace, readonly=True) as store:
+        report, texts = stage_group_gaps(load_saved_config(store), store, by, target, min_prompts=min_prompts)
+    if json_out:
+        out = report.as_dict()
+        out["prompt_texts"] = texts
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return
+    table = Table(title=f"{target} by {by}: gap to {report.best_other} (the best other model overall) and to the "
+                        f"field, rating points, 95% CI; * beyond chance after {report.correction.title()}'s "
+                        f"correction over the groups tested (alpha {report.alpha})", box=box.SIMPLE_HEAD)
+    for col in ("group", "prompts", f"vs {report.best_other}", "adj. p", "vs field", "verdict", "lost, e.g."):
+        table.add_column(col, justify="right" if col in ("prompts", "adj. p") else "left", overflow="fold")
+    for g in report.groups:
+        name = g.group if not g.label else f"{g.group} {g.label}"
+        p = "" if g.best is None or g.best.p_adjusted is None else f"{g.best.p_adjusted:.3f}"
+        lost = "; ".join(texts.get(pid, pid)[:60] for pid in g.lost[:2])
+        table.add_row(escape(name), str(g.prompts), _gap_cell(g.best, report.alpha), p,
+                      _gap_cell(g.field, report.alpha), g.verdict, escape(lost))
+    stdout_console().print(table)
+    behind = report.behind
+    stderr_console().print(
+        f"{len(behind)} of {sum(g.verdict != 'too small' for g in report.groups)} groups behind beyond chance"
+        + (f"; {sum(g.verdict == 'too small' for g in report.groups)} below {min_prompts} prompts not tested"
+           if any(g.verdict == "too small" for g in report.groups) else ""), highlight=False)
