@@ -130,8 +130,8 @@ def _judge_names() -> set[str]:
 
 # Options of other programs that pages name in prose (an `arena` option of the same spelling needs no entry).
 OTHER_PROGRAMS = {
-    "--dry-run": "benchmarks/gpu_check.py",
-    "--cpu": "accelerate launch", "--num_machines": "accelerate launch", "--parallel": "llama.cpp's server",
+    "--dry-run": "benchmarks/gpu_check.py", "--cpu": "accelerate launch", "--num_machines": "accelerate launch",
+    "--parallel": "llama.cpp's server",
     "--quick": "benchmarks/bench_judge_truth.py",
 }
 
@@ -180,22 +180,9 @@ def _check(rule: str, name: str) -> list[str]:
 RULES = ("banned-words", "ci-figures", "names")
 TARGETS = [str(p.relative_to(ROOT)) for p in PAGES] + [str(e.relative_to(ROOT)) for e in EXAMPLES]
 
-# Pages that break a rule now, each being rewritten by the manual pages' and the guides' work: each fails its
-# rule as an expected failure until it is fixed (then it shows as XPASS: remove it from here).
-_MANUAL = "the manual pages' rewrite moves measurements to the results page"
-KNOWN: dict[tuple[str, str], str] = {
-    ("docs/flywheel.md", "banned-words"): _MANUAL,
-    ("docs/flywheel.md", "ci-figures"): _MANUAL,
-    ("docs/flywheel-world.md", "banned-words"): _MANUAL,
-    ("docs/flywheel-world.md", "ci-figures"): _MANUAL,
-    ("docs/models.md", "banned-words"): _MANUAL,
-    ("docs/models.md", "ci-figures"): _MANUAL,
-    ("docs/install.md", "banned-words"): _MANUAL,
-    ("docs/scale.md", "banned-words"): "the manual pages' rewrite: launch commands without one checkout's paths",
-    ("docs/judges.md", "banned-words"): _MANUAL,
-    ("docs/judges.md", "ci-figures"): _MANUAL,
-    ("docs/quickstart.md", "ci-figures"): "the manual pages' rewrite: the demo's table from the results log",
-}
+# Pages that break a rule now, each being rewritten: each fails its rule as an expected failure until it is fixed
+# (then it shows as XPASS: remove it from here).
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _cases():
