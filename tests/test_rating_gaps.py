@@ -116,3 +116,36 @@ def test_the_cli_prints_the_gaps_of_a_workspace_behind_first(tmp_path):
     assert table.exit_code == 0 and "g02" in table.stdout and "behind" in table.stdout
     bad = runner.invoke(app, ["leaderboard", str(ws), "--target", "target"])
     assert bad.exit_code == 2 and "--by" in bad.output
+
+
+def test_a_names_file_labels_the_groups_of_a_board_and_of_the_gaps(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from arena_learning import pipeline
+    from arena_learning.cli import app
+    from arena_learning.config import RunConfig
+    from arena_learning.store import Store
+
+    battles, prompts = synthetic(5, groups=2, per_group=12)
+    prompts = [p.model_copy(update={"cluster": p.category}) for p in prompts]
+    cfg = RunConfig.model_validate({"name": "names", "tasks": {"n": 12},
+                                    "models": [{"name": m, "engine": "imported"} for m in MODELS],
+                                    "judge": {"kind": "verifier"}, "ratings": {"bootstrap": 20, "seed": 1}})
+    ws = tmp_path / "ws"
+    with Store(ws) as store:
+        pipeline.save_config(cfg, store)
+        store.put_prompts(pipeline.TEST_SET, prompts)
+        store.replace_battles(cfg.judge.name, [b.model_copy(update={"judge": cfg.judge.name}) for b in battles])
+    names = tmp_path / "names.yaml"
+    names.write_text("g00: unit conversion\n")
+    runner = CliRunner()
+    board = runner.invoke(app, ["leaderboard", str(ws), "--by", "cluster", "--names", str(names), "--json"])
+    assert board.exit_code == 0, board.output
+    assert json.loads(board.stdout)["labels"] == {"g00": "unit conversion"}
+    gaps = runner.invoke(app, ["leaderboard", str(ws), "--by", "cluster", "--target", "target", "--names",
+                               str(names), "--json"])
+    assert gaps.exit_code == 0, gaps.output
+    assert {g["group"]: g["label"] for g in json.loads(gaps.stdout)["groups"]} == {"g00": "unit conversion",
+                                                                                   "g01": None}

@@ -9,7 +9,7 @@ the prompts (``stage_prompts`` for the test set) and passes them to every stage.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -533,8 +533,17 @@ def stage_group_boards(cfg: RunConfig, store: Store, by: str, *, bootstrap: int 
                         bootstrap=r.bootstrap if bootstrap is None else bootstrap, resample=r.resample, seed=r.seed)
 
 
-def stage_group_gaps(cfg: RunConfig, store: Store, by: str, target: str, *, min_prompts: int = 10
-                     ) -> tuple[GapReport, dict[str, str]]:
+def group_labels(prompts: Sequence[Prompt], by: str) -> dict[str, str]:
+    """Return group -> its readable label (clusters: the label ``arena testset build`` stored); others: none."""
+    from .curate.labels import LABEL_KEY
+
+    if by != "cluster":
+        return {}
+    return {str(p.cluster): str(p.meta[LABEL_KEY]) for p in prompts if p.cluster is not None and p.meta.get(LABEL_KEY)}
+
+
+def stage_group_gaps(cfg: RunConfig, store: Store, by: str, target: str, *, min_prompts: int = 10,
+                     names: dict[str, str] | None = None) -> tuple[GapReport, dict[str, str]]:
     """Return the target's per-group gaps on the test set's battles grouped ``by``, and the prompts' first turns."""
     from .rating.gaps import group_gaps
 
@@ -542,6 +551,6 @@ def stage_group_gaps(cfg: RunConfig, store: Store, by: str, target: str, *, min_
     prompts = store.get_prompts(TEST_SET)
     r = cfg.ratings
     report = group_gaps(battles, prompts, by, target, bootstrap=max(r.bootstrap, 100), seed=r.seed,
-                        min_prompts=min_prompts)
+                        min_prompts=min_prompts, labels={**group_labels(prompts, by), **(names or {})})
     wanted = {pid for g in report.groups for pid in g.lost}
     return report, {p.id: p.turns[0] for p in prompts if p.id in wanted}

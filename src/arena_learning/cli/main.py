@@ -203,6 +203,9 @@ def leaderboard(
                          "to the best other model and to the field (bootstrap over the group's prompts, every model "
                          "resampled together), Holm-corrected over the groups, behind first, with prompts it lost")
     ] = None,
+    names: Annotated[Path | None, typer.Option(
+        "--names", help="with --by: a YAML or JSON file naming groups ({c00: python debugging, ...}); replaces the "
+                        "labels `arena testset build` gave the clusters")] = None,
     min_prompts: Annotated[int, typer.Option(
         "--min-prompts", min=2, help="with --target: groups with fewer prompts are listed as too small, not tested"
     )] = 10,
@@ -242,13 +245,13 @@ def leaderboard(
         from .scores import print_group_gaps
 
         assert options.by is not None and options.target is not None  # mode "gaps" says so
-        print_group_gaps(workspace, options.by, options.target, json_out, min_prompts)
+        print_group_gaps(workspace, options.by, options.target, json_out, min_prompts, names)
         return
     if mode == "groups":
         from .scores import print_group_boards
 
         assert by is not None  # the mode
-        print_group_boards(workspace, by, json_out)
+        print_group_boards(workspace, by, json_out, names)
         return
     ratings = pipeline.workspace_board(workspace)
     found = pipeline.workspace_manifest(workspace)

@@ -176,7 +176,14 @@ def lc_winrate_command(
                                highlight=False, soft_wrap=True)
 
 
-def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
+def _labels(found: dict[str, str], names: Path | None) -> dict[str, str]:
+    """Return the groups' labels: the stored ones, replaced by the user's names file where it names a group."""
+    from ..curate.labels import read_names
+
+    return {**found, **read_names(names)} if names is not None else found
+
+
+def print_group_boards(workspace: Path, by: str, json_out: bool, names: Path | None = None) -> None:
     """Print one leaderboard per ``by`` group of the workspace's prompts (``arena leaderboard --by``)."""
     from ..pipeline import load_saved_config, stage_group_boards
     from ..rating.export import ratings_to_json
@@ -184,15 +191,19 @@ def print_group_boards(workspace: Path, by: str, json_out: bool) -> None:
 
     if by not in GROUP_BY:
         raise ArenaError(f"--by {by}: cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
+    from ..pipeline import TEST_SET, group_labels
+
     with Store(workspace, readonly=True) as store:
         boards, skipped = stage_group_boards(load_saved_config(store), store, by)
+        labels = _labels(group_labels(store.get_prompts(TEST_SET), by), names)
     if json_out:
         sys.stdout.write(json.dumps({"by": by, "groups": {g: ratings_to_json(b) for g, b in boards.items()},
-                                     "skipped": skipped}, indent=2) + "\n")
+                                     "labels": labels, "skipped": skipped}, indent=2) + "\n")
         return
     for name, board in boards.items():
         n = sum(r.battles for r in board) // 2
-        stdout_console().print(leaderboard_table(board, title=f"{by} {name} ({n} battles)"))
+        label = f" {labels[name]}" if name in labels else ""
+        stdout_console().print(leaderboard_table(board, title=f"{by} {name}{label} ({n} battles)"))
     for name, why in skipped.items():
         stderr_console().print("[yellow]" + escape(f"{by} {name}: no leaderboard ({why})"), highlight=False,
                                    soft_wrap=True)
@@ -206,7 +217,8 @@ def _gap_cell(gap, alpha: float) -> str:  # gap: rating.gaps.Gap | None
     return f"{gap.delta:+.1f}{ci}{mark}"
 
 
-def print_group_gaps(workspace: Path, by: str, target: str, json_out: bool, min_prompts: int) -> None:
+def print_group_gaps(workspace: Path, by: str, target: str, json_out: bool, min_prompts: int,
+                     names: Path | None = None) -> None:
     """Print the target's per-group gaps (``arena leaderboard --by GROUP --target M``), behind beyond chance first."""
     from ..pipeline import load_saved_config, stage_group_gaps
     from ..rating.groups import GROUP_BY
@@ -214,7 +226,8 @@ def print_group_gaps(workspace: Path, by: str, target: str, json_out: bool, min_
     if by not in GROUP_BY:
         raise ArenaError(f"--by {by}: cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
     with Store(workspace, readonly=True) as store:
-        report, texts = stage_group_gaps(load_saved_config(store), store, by, target, min_prompts=min_prompts)
+        report, texts = stage_group_gaps(load_saved_config(store), store, by, target, min_prompts=min_prompts,
+                                         names=_labels({}, names))
     if json_out:
         out = report.as_dict()
         out["prompt_texts"] = texts

@@ -34,6 +34,7 @@ from .difficulty import DIFFICULTY_SCHEMA, difficulty_messages, difficulty_text,
 from .difficulty import DIFFICULTY_SYSTEM as DIFFICULTY_SYSTEM
 from .difficulty import default_difficulty_judge as default_difficulty_judge
 from .filters import Step
+from .labels import LABEL_KEY, cluster_labels
 from .settings import DiverseSettings, HardSettings
 
 if TYPE_CHECKING:
@@ -127,8 +128,11 @@ def select_diverse(
 
 
 def label_prompts(prompts: Sequence[Prompt], labels: np.ndarray, names: Sequence[str]) -> list[Prompt]:
-    """Return copies of ``prompts`` with ``cluster`` set from ``labels``."""
-    return [p.model_copy(update={"cluster": names[int(c)]}) for p, c in zip(prompts, labels)]
+    """Return copies of ``prompts`` with ``cluster`` set from ``labels``, and each cluster's readable label."""
+    clusters = [names[int(c)] for c in labels]
+    readable = cluster_labels([p.turns[0] for p in prompts], clusters)
+    return [p.model_copy(update={"cluster": c, "meta": {**p.meta, LABEL_KEY: readable[c]}})
+            for p, c in zip(prompts, clusters)]
 
 
 def project_2d(
@@ -288,8 +292,10 @@ def build_testset(
     labels, centroids = cluster_embeddings(emb, diverse.n_clusters, seed, diverse.minibatch_above, diverse.n_init)
     names = cluster_names(diverse.n_clusters)
     chosen, dist = select_diverse(emb, labels, centroids, diverse.per_cluster, diverse.pick, seed)
+    readable = cluster_labels([p.turns[0] for p in prompts], [names[int(c)] for c in labels])
     clustered = [
-        p.model_copy(update={"cluster": names[int(c)], "meta": {**p.meta, "centroid_distance": round(float(d), 4)}})
+        p.model_copy(update={"cluster": names[int(c)], "meta": {**p.meta, "centroid_distance": round(float(d), 4),
+                                                                LABEL_KEY: readable[names[int(c)]]}})
         for p, c, d in zip(prompts, labels, dist)
     ]
     steps.append(Step("cluster", len(prompts), len(clustered), notes={"clusters": diverse.n_clusters}))
