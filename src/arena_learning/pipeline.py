@@ -542,14 +542,20 @@ def group_labels(prompts: Sequence[Prompt], by: str) -> dict[str, str]:
     return {str(p.cluster): str(p.meta[LABEL_KEY]) for p in prompts if p.cluster is not None and p.meta.get(LABEL_KEY)}
 
 
-def stage_group_gaps(cfg: RunConfig, store: Store, by: str, target: str, *, min_prompts: int = 10,
+def stage_group_gaps(store: Store, by: str, target: str, judge: str, *, min_prompts: int = 10,
                      names: dict[str, str] | None = None) -> tuple[GapReport, dict[str, str]]:
-    """Return the target's per-group gaps on the test set's battles grouped ``by``, and the prompts' first turns."""
+    """Return the target's per-group gaps on the test set's battles of ``judge`` grouped ``by``, and the first
+    turns of the prompts it lost. An arena run's workspace or a flywheel's: the rating settings are its own."""
+    from .config import RatingConfig
     from .rating.gaps import group_gaps
 
-    battles = stored_battles(cfg, store)
+    battles = store.get_battles(judge, TEST_SET)
+    if not battles:
+        raise ArenaError(f"no battles of judge {judge!r} on the test set: run `arena battle` (or `arena run`, "
+                         "`arena flywheel`) first")
     prompts = store.get_prompts(TEST_SET)
-    r = cfg.ratings
+    saved = store.get_meta("config") or store.get_meta("flywheel_config") or {}
+    r = RatingConfig.model_validate(saved.get("ratings", {}) if isinstance(saved, dict) else {})
     report = group_gaps(battles, prompts, by, target, bootstrap=max(r.bootstrap, 100), seed=r.seed,
                         min_prompts=min_prompts, labels={**group_labels(prompts, by), **(names or {})})
     wanted = {pid for g in report.groups for pid in g.lost}

@@ -245,7 +245,7 @@ def leaderboard(
         from .scores import print_group_gaps
 
         assert options.by is not None and options.target is not None  # mode "gaps" says so
-        print_group_gaps(workspace, options.by, options.target, json_out, min_prompts, names)
+        print_group_gaps(workspace, options.by, options.target, json_out, min_prompts, names, judge)
         return
     if mode == "groups":
         from .scores import print_group_boards

@@ -49,10 +49,12 @@ class LeaderboardOptions:
         """
         if self.manifest:
             return "manifest"
-        if self.target is not None and (self.by is None or self.diff is not None or self.baseline is not None
-                                        or self.judge is not None or self.style_control or self.csv is not None):
-            raise ArenaError("--target shows a model's gaps per group: give it with --by category, cluster or "
-                             "subset, and without --diff, --baseline, --judge, --style-control and --csv")
+        if self.target is not None:  # --judge picks whose battles
+            if self.by is None or self.diff is not None or self.baseline is not None or self.style_control \
+                    or self.csv is not None:
+                raise ArenaError("--target shows a model's gaps per group: give it with --by category, cluster or "
+                                 "subset, and without --diff, --baseline, --style-control and --csv")
+            return "gaps"
         if self.diff is not None:
             if self.by is not None or self.style_control or self.baseline is not None or self.csv is not None:
                 raise ArenaError("--diff compares two models: it goes without --by, --style-control, --baseline "

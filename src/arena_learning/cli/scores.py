@@ -218,16 +218,17 @@ def _gap_cell(gap, alpha: float) -> str:  # gap: rating.gaps.Gap | None
 
 
 def print_group_gaps(workspace: Path, by: str, target: str, json_out: bool, min_prompts: int,
-                     names: Path | None = None) -> None:
+                     names: Path | None = None, judge: str | None = None) -> None:
     """Print the target's per-group gaps (``arena leaderboard --by GROUP --target M``), behind beyond chance first."""
-    from ..pipeline import load_saved_config, stage_group_gaps
+    from ..pipeline import stage_group_gaps
     from ..rating.groups import GROUP_BY
+    from .peers import _pick_judge
 
     if by not in GROUP_BY:
         raise ArenaError(f"--by {by}: cannot group by {by!r}; choose one of {', '.join(GROUP_BY)}")
     with Store(workspace, readonly=True) as store:
-        report, texts = stage_group_gaps(load_saved_config(store), store, by, target, min_prompts=min_prompts,
-                                         names=_labels({}, names))
+        judge = _pick_judge(store, judge, list(store.info()["judges"]))
+        report, texts = stage_group_gaps(store, by, target, judge, min_prompts=min_prompts, names=_labels({}, names))
     if json_out:
         out = report.as_dict()
         out["prompt_texts"] = texts
@@ -241,7 +242,8 @@ def print_group_gaps(workspace: Path, by: str, target: str, json_out: bool, min_
     for g in report.groups:
         name = g.group if not g.label else f"{g.group} {g.label}"
         p = "" if g.best is None or g.best.p_adjusted is None else f"{g.best.p_adjusted:.3f}"
-        lost = "; ".join(texts.get(pid, pid)[:60] for pid in g.lost[:2])
+        lost = next((texts.get(pid, pid) for pid in g.lost), "")
+        lost = lost if len(lost) <= 48 else lost[:47] + "…"
         table.add_row(escape(name), str(g.prompts), _gap_cell(g.best, report.alpha), p,
                       _gap_cell(g.field, report.alpha), g.verdict, escape(lost))
     stdout_console().print(table)
