@@ -29,11 +29,13 @@ demo: $(STAMP)
 # process (measured side by side, 2026-12-04, 1143 passed either way); 18 min 51 s from a fresh clone once Ray's
 # actors ran un-niced (1154 passed), 23 min 18 s with 1170 (batched chat and grammar tests, the Qwen export's round
 # trip, the AVX2 pin's training step). --durations=10: every run names its ten slowest tests
+# --dist loadgroup: the tests that share an expensive module or session fixture run on one worker, which builds it
+# once (tests/conftest.py groups them)
 test: lint
-	$(PY) -m pytest -q -n 2 --durations=10
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=10
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow"
 
 # ruff (rules and reasons in pyproject.toml) and mypy on src/ (the files of [tool.mypy])
 lint: $(STAMP)

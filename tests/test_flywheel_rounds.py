@@ -21,7 +21,7 @@ from arena_learning.flywheel.settings import FlywheelConfig, SliceSpec
 from arena_learning.flywheel_state import load_state, state_path
 from arena_learning.tasks import generate_tasks
 
-from .conftest import ARENA
+from .conftest import ARENA, arena
 
 CONFIG = {
     "name": "resume",
@@ -141,7 +141,8 @@ def test_the_quickstart_is_five_sft_rounds_in_the_world_with_few_shot_samples_an
     from arena_learning.config import load_config_file
     from arena_learning.flywheel.plan import plan_flywheel
 
-    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "flywheel-same-weights.yaml", FlywheelConfig)
+    cfg = load_config_file(Path(__file__).resolve().parents[1] / "examples" / "flywheel-same-weights.yaml",
+                           FlywheelConfig)
     assert cfg.tasks.suite == 2 and [s.kind for r in cfg.rounds for s in r.stages] == ["sft"] * 5
     assert cfg.harvest.sft_min_score == 10 and cfg.harvest.replay and cfg.harvest.balance
     assert cfg.training.sft.start == "base"
@@ -306,12 +307,12 @@ def test_arena_harvest_exports_a_flywheel_slice(killed_and_resumed, kind, out):
 
     k = killed_and_resumed
     path = k["tmp"] / out
-    args = [*ARENA, "harvest", str(k["ws"]), "--kind", kind, "--set", "flywheel/D1", "--out", str(path), "--k", "0"]
+    args = ["harvest", str(k["ws"]), "--kind", kind, "--set", "flywheel/D1", "--out", str(path), "--k", "0"]
     if kind == "sft":
         args += ["--target", "student-r0-sft", "--selection", "all"]
     else:
         args += ["--models", "student-r0-sft,ref-4shot", "--selection", "all"]
-    res = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    res = arena(*args)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == str(path)
     if path.suffix == ".jsonl":
@@ -330,9 +331,9 @@ def test_harvest_errors_are_clear(tmp_path):
 
     with Store(tmp_path / "ws"):
         pass
-    res = subprocess.run([*ARENA, "harvest", str(tmp_path / "ws"), "--kind", "sft"], capture_output=True, text=True)
+    res = arena("harvest", tmp_path / "ws", "--kind", "sft")
     assert res.returncode == 2 and "no prompt set 'test'" in res.stderr
-    res = subprocess.run([*ARENA, "harvest", str(tmp_path / "ws"), "--kind", "ppo"], capture_output=True, text=True)
+    res = arena("harvest", tmp_path / "ws", "--kind", "ppo")
     assert res.returncode == 2 and "use sft, dpo or rm" in res.stderr
 
 
@@ -450,8 +451,7 @@ def test_a_sweep_trains_variants_beside_a_finished_stage_from_the_same_model_on_
                                                "base": {"start": "base", "learning_rate": 1e-12, "max_steps": 1}}
     cfg_path = k["tmp"] / "sweep.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
-    res = subprocess.run([*ARENA, "flywheel", str(cfg_path), "-w", str(k["ws"]), "--json"], capture_output=True,
-                         text=True, timeout=900)
+    res = arena("flywheel", cfg_path, "-w", k["ws"], "--json")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "r0.0-sft: done in an earlier run" in res.stderr and "r1.0-sft: done in an earlier run" in res.stderr
     assert "sweep lr1e-3: {'learning_rate': 0.001, 'max_steps': 1}" in res.stderr
@@ -479,6 +479,5 @@ def test_a_sweep_trains_variants_beside_a_finished_stage_from_the_same_model_on_
     assert row["sweep"] == {"learning_rate": 0.001, "max_steps": 1} and row["model"] == "student-r1-sft-lr1e-3"
     assert row["rating"] is not None and row["delta_prev"]["vs"] == "student-r0-sft"  # rated, from the same start
     assert [r["model"] for r in out["rounds"]] == ["student-r0-sft", "student-r1-sft"]  # the chain is unchanged
-    table = subprocess.run([*ARENA, "flywheel", str(cfg_path), "-w", str(k["ws"])], capture_output=True, text=True,
-                           timeout=900)
+    table = arena("flywheel", cfg_path, "-w", k["ws"])
     assert table.returncode == 0 and "learning_rate=0.001 max_steps=1" in table.stdout
