@@ -221,8 +221,8 @@ def killed_and_resumed(module_tmp):
     with sqlite3.connect(ws / "arena.db") as db:
         ok_before = db.execute("SELECT COUNT(*) FROM calls WHERE status='ok'").fetchone()[0]
     # The rerun also asks for the selection ablation: the finished stages stay; the variants are trained beside them.
-    second = subprocess.run([*cmd, "--json", "--baselines", "random"], capture_output=True, text=True, env=env,
-                            timeout=900)
+    # (In this process: what is tested is the resume, not a process of its own.)
+    second = arena(*cmd[len(ARENA):], "--json", "--baselines", "random")
     return {"ws": ws, "ckpt": ckpt, "state_at_kill": state, "ok_before": ok_before, "second": second, "tmp": tmp}
 
 
@@ -287,9 +287,7 @@ def test_flywheel_json_has_the_round_table(killed_and_resumed):
 def test_a_plain_rerun_keeps_the_ablations_the_workspace_trained(killed_and_resumed):
     """Without --baselines a rerun still rates the variants trained earlier (it used to drop their test battles)."""
     k = killed_and_resumed
-    cmd = [*ARENA, "flywheel", str(k["tmp"] / "fw.yaml"), "-w", str(k["ws"]), "--set", "training.sft.max_steps=6",
-           "--json"]
-    third = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    third = arena("flywheel", k["tmp"] / "fw.yaml", "-w", k["ws"], "--set", "training.sft.max_steps=6", "--json")
     assert third.returncode == 0, third.stderr[-3000:]
     abl = {a["key"]: a for a in json.loads(third.stdout)["ablations"]}
     assert set(abl) == {"r0.0-sft-random", "r1.0-sft-random"} and all(a["rating"] is not None for a in abl.values())
