@@ -29,11 +29,13 @@ demo: $(STAMP)
 # process (measured side by side, 2026-12-04, 1143 passed either way); 18 min 51 s from a fresh clone once Ray's
 # actors ran un-niced (1154 passed), 23 min 18 s with 1170 (batched chat and grammar tests, the Qwen export's round
 # trip, the AVX2 pin's training step). --durations=10: every run names its ten slowest tests
+# --dist loadgroup: the tests that share an expensive module or session fixture run on one worker, which builds it
+# once (tests/conftest.py groups them)
 test: lint
-	$(PY) -m pytest -q -n 2 --durations=10
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=10
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow"
 
 # ruff (rules and reasons in pyproject.toml) and mypy on src/ (the files of [tool.mypy])
 lint: $(STAMP)
@@ -49,8 +51,23 @@ docs: $(STAMP)
 	$(PY) benchmarks/docs_tables.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
+# the maintained benchmarks, each with its goal (exit 1 when one is missed): about 15 min on 2 cores, estimated
+# from the scripts' own figures (curate's 5,000 conversations ~3, the llama.cpp engine ~3, reliability ~2, judge
+# truth --quick ~1.5, report ~1.5 min, the rest a minute or less each). By hand, not here: bench_draws.py and
+# bench_recipes.py (several full flywheels), bench_plan_minutes.py (a config's real run), check_alpaca_eval_exact.py
+# (needs alpaca_eval's own venv), gpu_check.py (a GPU machine); bench_check.py is `make bench-check`
 bench: $(STAMP)
-	for b in benchmarks/bench_*.py; do [ $$b = benchmarks/bench_check.py ] && continue; echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) benchmarks/bench_battle_stage.py --repeat 3
+	$(PY) benchmarks/bench_import_grades.py
+	$(PY) benchmarks/bench_openai_engine.py
+	$(PY) benchmarks/bench_ratings.py
+	$(PY) benchmarks/bench_ray.py
+	$(PY) benchmarks/bench_schedule.py
+	$(PY) benchmarks/bench_report.py --runs 3
+	$(PY) benchmarks/reliability.py
+	$(PY) benchmarks/bench_judge_truth.py --quick
+	$(PY) benchmarks/bench_llamacpp_engine.py
+	$(PY) benchmarks/bench_curate.py
 
 # the README's headline figures, measured quick (about 2 min) and compared with their last record in
 # benchmarks/results.jsonl: names each one more than 20% worse, with the command that reproduces it.

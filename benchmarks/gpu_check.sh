@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED=1
 if [[ "${1:-}" == "--dry-run" ]]; then
     PY=${PY:-.venv/bin/python}
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # tiny sizes: one thread, no spin-waiting on a busy CPU
-    exec "$PY" benchmarks/gpu_check.py run --dry-run --out "${OUT:-gpu-check-out}" --workspace /tmp/gpu-check-dry --timeout 3600
+    exec "$PY" benchmarks/gpu_check.py run --dry-run --train --out "${OUT:-gpu-check-out}" --workspace /tmp/gpu-check-dry --timeout 3600
 fi
 PY=${PY:-python3}
 shopt -s nullglob

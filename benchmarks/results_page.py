@@ -25,6 +25,37 @@ ROOT = Path(__file__).resolve().parents[1]
 EARLIER = Path(__file__).resolve().parent / "results_earlier.md"
 PAGE = ROOT / "docs" / "results.md"
 
+# Scripts that answered one question once: their figures stay on this page (in the log or the earlier
+# measurements, each with the commit that measured it) and the script itself in the repository's history.
+# (path, the last commit that has it, what it measured)
+LAST = "6679ad1"
+RETIRED: list[tuple[str, str, str]] = [
+    ("benchmarks/bench_cpu_isa.py", LAST, "SFT steps under each CPU capability (default, ATen AVX2, the AVX2 pin, "
+     "AVX2-only MKL): s/step and a hash of the trained weights"),
+    ("benchmarks/bench_difficulty_judge.py", LAST, "the hard test set's difficulty judge offline, the bundled "
+     "default beside Qwen 1.5B"),
+    ("benchmarks/bench_flywheel.py", LAST, "the flywheel quickstart end to end with its figures (now "
+     "`arena flywheel` itself and `benchmarks/bench_draws.py`)"),
+    ("benchmarks/bench_judge_batched.py", LAST, "LLM-judge games batched against one at a time: the same judge "
+     "requests, the same model, in one process"),
+    ("benchmarks/bench_judge_harvest.py", LAST, "one flywheel round whose data an offline LLM judge chose, beside "
+     "the same round chosen by the verifier (wrong SFT answers, paired exact answers)"),
+    ("benchmarks/bench_llama_build.py", LAST, "generation throughput of the portable llama.cpp build against a "
+     "native one"),
+    ("benchmarks/bench_prefill_rows.py", LAST, "one llama.cpp call of several prompts' chunks against one chunk "
+     "(whether more rows buy back prompt-evaluation speed; not built)"),
+    ("benchmarks/bench_samples.py", LAST, "seeded samples through the transformers engine, batched against one at "
+     "a time"),
+    ("benchmarks/bench_save_dtype.py", LAST, "a trained model saved in float32 against the same weights saved in "
+     "bfloat16 or float16"),
+    ("benchmarks/bench_serve_as.py", LAST, "a flywheel model served through transformers beside the same weights "
+     "exported to GGUF in llama.cpp"),
+    ("benchmarks/bench_train_steps.py", LAST, "seconds per training step with TRL's LM head over every position "
+     "against the answer tokens only"),
+    ("benchmarks/bench_vote.py", LAST, "a vote over samples (majority, best of k) against the 8-shot reference's "
+     "greedy answers"),
+]
+
 
 def _cell(text: str) -> str:
     """Return ``text`` safe inside a Markdown table cell (pipes escaped, one line)."""
@@ -115,6 +146,12 @@ def render(log: Path = LOG, earlier: Path = EARLIER) -> str:
                     lines += [comment, ""]
     else:
         lines += ["No figure has been recorded in `benchmarks/results.jsonl` yet.", ""]
+    lines += ["## Retired benchmarks", "",
+              "Scripts that measured one question and were then removed from `benchmarks/`. Their figures stay "
+              "above, each with the commit that measured it; `git show COMMIT:PATH` prints the script as it was "
+              "last.", "", "| last commit with it | script | what it measured |", "|---|---|---|"]
+    lines += [f"| {commit} | `{path}` | {_cell(what)} |" for path, commit, what in RETIRED]
+    lines.append("")
     if earlier.is_file():
         lines += ["## Earlier measurements", "",
                   "Measured before the results log existed, each with its date and the command that made it "

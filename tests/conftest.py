@@ -16,6 +16,55 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 ARENA = [sys.executable, "-m", "arena_learning"]
 
+
+@dataclass
+class Ran:
+    """What ``arena(...)`` returns: a finished command's exit code and its two streams (as subprocess.run's)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def arena(*args: Any, cwd: Path | None = None, env: Mapping[str, str] | None = None, input: str | None = None) -> Ran:
+    """Run ``arena ARGS`` in this process (the Typer app through typer's CliRunner) and return its exit code, stdout
+    and stderr. A new interpreter would import torch and TRL again for each command (seconds a call); run ``ARENA``
+    as a subprocess only where the process itself is what is tested (a real exit code, a kill, a signal, a server
+    in its own process). ``env`` adds variables for the command alone; the working folder, warning filters and
+    torch's thread count are put back afterwards and the transformers models it loaded are dropped, as a finished
+    process would leave them."""
+    import traceback
+    import warnings
+
+    import torch
+    from typer.testing import CliRunner
+
+    from arena_learning.cli import app
+
+    before, threads = Path.cwd(), torch.get_num_threads()  # a training or an engine may set torch's threads
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with warnings.catch_warnings():
+            res = CliRunner().invoke(app, [str(a) for a in args], env=dict(env or {}), input=input)
+    finally:
+        os.chdir(before)
+        torch.set_num_threads(threads)
+        _release_models()
+    stderr = res.stderr
+    if res.exception is not None and not isinstance(res.exception, SystemExit):  # a crash: its traceback, as python's
+        stderr += "".join(traceback.format_exception(res.exception))
+    return Ran(res.exit_code, res.stdout, stderr)
+
+
+def _release_models() -> None:
+    """Drop the transformers models a command loaded (float32 weights: a process would free them at its exit). The
+    llama.cpp models stay loaded, as between the in-process engine tests: memory-mapped, their pages shared."""
+    from arena_learning.engines import transformers_engine
+
+    transformers_engine.release_models()
+
+
 # What the tests' runs measure and record (arena plan's rates: engines.speed) stays out of the machine's own rates
 # file: one per test process, subprocesses included (they inherit the environment).
 _TMP = Path(os.environ.get("TMPDIR", "/tmp"))
@@ -42,6 +91,27 @@ def load_benchmark(name: str) -> Any:
     sys.modules[name] = mod  # before it runs: its dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (it appends them to the test ids)
+def pytest_collection_modifyitems(config, items):
+    """Group every test that uses one of this suite's module- or session-scoped fixtures by that fixture, so that
+    ``pytest -n 2 --dist loadgroup`` (``make test``) sends them to one worker and the fixture (a trained
+    flywheel, a served model, a Ray instance, an embedded test set) is built once, not once per worker."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)  # pytest's own record of the test's fixtures
+        if info is None:
+            continue
+        groups = set()
+        for name in item.fixturenames:
+            defs = info.name2fixturedefs.get(name)
+            if not defs or defs[-1].scope not in ("module", "session") or name == "module_tmp":
+                continue
+            if not getattr(defs[-1].func, "__module__", "").startswith("tests."):
+                continue  # pytest's and plugins' own (tmp_path_factory, ...): cheap
+            groups.add(name if defs[-1].scope == "session" else item.module.__name__)
+        for group in sorted(groups):
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="module")
@@ -282,3 +352,57 @@ def scripted_server():
     yield start
     for s in servers:
         s.close()
+
+
+@dataclass
+class TrainedFlywheel:
+    """A flywheel run to its end once per test session: its config, workspace, ``--json`` report and rates file."""
+
+    config: dict[str, Any]
+    workspace: Path
+    report: dict[str, Any]
+    rates: Path  # the rates file the run recorded its answering and training speeds in
+
+
+def trained_flywheel_config() -> dict[str, Any]:
+    """test_plan's small flywheel (one SFT round of one step on 6 prompts, a test set of 9), trained through
+    ``accelerate launch`` on the CPU and served through llama.cpp from its GGUF export: both paths in one run."""
+    import json
+
+    from .test_plan import FLYWHEEL
+
+    data = json.loads(json.dumps(FLYWHEEL))
+    data["training"]["serve_as"] = "llamacpp"
+    data["training"]["launch"] = {"launcher": "accelerate", "accelerate_config": "multi_gpu", "num_processes": 1,
+                                  "cpu": True}
+    return data
+
+
+@pytest.fixture(scope="session")
+def trained_flywheel(tmp_path_factory) -> TrainedFlywheel:
+    """One trained flywheel workspace for the whole session, shared by the tests that need a trained model and
+    only read it. Built under a file lock in the session's shared temporary folder: whichever test process
+    (pytest-xdist worker) comes first trains it, the others wait and read it (``--dist loadgroup`` sends its
+    users to one worker; the lock keeps it built once under any other scheduling too)."""
+    import json
+    import shutil
+
+    import yaml
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the folder the workers of this session share
+    root = base / "trained-flywheel"
+    data = trained_flywheel_config()
+    with FileLock(str(root) + ".lock"):
+        if not (root / "report.json").is_file():
+            shutil.rmtree(root, ignore_errors=True)  # a build that failed midway starts again
+            root.mkdir(parents=True)
+            cfg = write_config(root / "flywheel.yaml", yaml.safe_dump(data, sort_keys=False))
+            ran = arena("flywheel", cfg, "-w", root / "ws", "--json", env={"ARENA_RATES": str(root / "rates.json")})
+            assert ran.returncode == 0, ran.stderr[-3000:]
+            json.loads(ran.stdout)  # the whole report, or the build fails here
+            (root / "report.json").write_text(ran.stdout, encoding="utf-8")
+    return TrainedFlywheel(data, root / "ws", json.loads((root / "report.json").read_text(encoding="utf-8")),
+                           root / "rates.json")

@@ -219,16 +219,14 @@ class LabelJudge:
 
 
 def test_arena_hard_judge_end_to_end_through_a_local_http_judge(tmp_path, scripted_server):
-    import subprocess
-
     import yaml
 
     from arena_learning.store import Store
 
-    from .conftest import ARENA
+    from .conftest import arena as run_arena
 
     def arena(*args):
-        proc = subprocess.run([*ARENA, *map(str, args)], capture_output=True, text=True, timeout=300)
+        proc = run_arena(*args)
         assert proc.returncode == 0, f"arena {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
         return proc
 

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-
 from arena_learning.records import Answer
 from arena_learning.store import Store
 
-from .conftest import ARENA
-
-
-def arena(*args, **kw):
-    return subprocess.run([*ARENA, *map(str, args)], capture_output=True, text=True, timeout=300, **kw)
+from .conftest import arena  # in this process: the message and the exit code are the CLI's, not the interpreter's
 
 
 def test_an_answer_file_with_no_good_record_imports_nothing_and_creates_nothing(tmp_path):

@@ -6,6 +6,7 @@ benchmarks themselves: what is pinned is which figures are named as regressions.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,33 @@ def test_every_headline_benchmark_of_bench_check_prints_its_figures_and_takes_re
         assert '"--record"' in text, bench.script.name
         for figure in bench.figures:
             assert f'emit("{figure}"' in text, (bench.script.name, figure)
+
+
+def _make_bench() -> str:
+    """The Makefile's bench target with the comment above it."""
+    text = (ROOT / "Makefile").read_text()
+    start = text.index("# the maintained benchmarks")
+    return text[start:text.index("\n\n", text.index("\nbench:", start))]
+
+
+def test_every_benchmark_script_is_run_by_make_bench_or_named_there_as_run_by_hand():
+    target = _make_bench()
+    runs = [line.split()[1] for line in target.splitlines() if line.startswith("\t$(PY) benchmarks/")]
+    assert len(runs) == len(set(runs)) and all((ROOT / r).is_file() for r in runs), runs
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")} - {"results.py", "results_page.py"}
+    unnamed = [s for s in sorted(scripts) if f"benchmarks/{s}" not in runs and s not in target]
+    assert not unnamed, f"{unnamed}: run it in `make bench` or say there why it is run by hand"
+    assert "bench_draws.py" not in " ".join(runs)  # three full flywheels: by hand
+
+
+def test_a_retired_benchmark_is_gone_and_named_on_the_results_page_with_a_commit():
+    page = load_benchmark("results_page")
+    text = (ROOT / "docs" / "results.md").read_text()
+    assert page.RETIRED
+    for path, commit, _ in page.RETIRED:
+        assert not (ROOT / path).exists(), f"{path} is retired but still there: take it out of RETIRED"
+        assert f"| {commit} | `{path}` |" in text
+        # where the history is at hand (not a shallow clone), the named commit has the script
+        has_commit = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True)
+        if has_commit.returncode == 0:
+            assert subprocess.run(["git", "cat-file", "-e", f"{commit}:{path}"], cwd=ROOT).returncode == 0, path

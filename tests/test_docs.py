@@ -23,7 +23,7 @@ from arena_learning import config_reference
 from arena_learning.cli import app, commands_reference
 from arena_learning.config import JudgeConfig, ModelSpec
 
-from .conftest import shared
+from .conftest import Ran, arena, shared
 from .doc_commands import code_blocks, expand, options, page_commands, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,10 +270,10 @@ def test_a_broken_link_fails_the_strict_build(tmp_path):
 # ---- the README's two quickstarts, run as written on a small size -------------------------------------------
 
 
-def _arena(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "arena_learning", *args], cwd=ROOT, capture_output=True, text=True,
-                          env=env, timeout=timeout)
+def _arena(*args: str) -> Ran:
+    """The README's command as a user types it in the repository's root (in this process: the command, not the
+    interpreter, is what the README shows)."""
+    return arena(*args, cwd=ROOT)
 
 
 def _readme_command(prefix: str) -> list[str]:

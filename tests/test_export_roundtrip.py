@@ -5,13 +5,13 @@ some calls (a real HTTP judge on 127.0.0.1 that gives no verdict for them), expo
 from __future__ import annotations
 
 import json
-import subprocess
 
 import yaml
 
 from arena_learning.store import Store
 
-from .conftest import ARENA, Reply, shared
+from .conftest import Reply, shared
+from .conftest import arena as run_arena
 from .test_arena_hard import LabelJudge
 
 BASE = "gpt-4-0314"
@@ -33,7 +33,7 @@ class FailingJudge(LabelJudge):
 
 
 def arena(*args):
-    proc = subprocess.run([*ARENA, *map(str, args)], capture_output=True, text=True, timeout=300)
+    proc = run_arena(*args)
     assert proc.returncode == 0, f"arena {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc
 

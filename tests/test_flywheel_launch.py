@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from arena_learning.scale.launch import (
 from arena_learning.store import Store
 from arena_learning.tasks import generate_tasks
 
-from .conftest import ARENA, REPO
+from .conftest import REPO, arena
 
 PROMPTS = generate_tasks(4, seed=11)
 TINY = {"learning_rate": 1e-4, "epochs": 1, "max_steps": 1, "batch_size": 2, "micro_batch_size": 2, "max_length": 64,
@@ -126,8 +125,7 @@ def test_print_launch_lists_every_stage_without_making_the_workspace(tmp_path):
     cfg_file = tmp_path / "fw.yaml"
     cfg_file.write_text(yaml.safe_dump(CONFIG))
     ws = tmp_path / "ws"
-    out = subprocess.run([*ARENA, "flywheel", str(cfg_file), "-w", str(ws), "--print-launch"], capture_output=True,
-                         text=True, cwd=REPO)
+    out = arena("flywheel", cfg_file, "-w", ws, "--print-launch", cwd=REPO)
     assert out.returncode == 0, out.stderr
     lines = [x for x in out.stdout.splitlines() if not x.startswith("#")]
     # r0 sft and its random ablation; r1 dpo and its ablation; r1 rl = reward model, then RLOO
@@ -142,8 +140,8 @@ def test_print_launch_lists_every_stage_without_making_the_workspace(tmp_path):
                      str(root / "round-1/0-dpo/job.json"), str(root / "round-1/0-dpo-random/job.json"),
                      str(root / "round-1/1-rl/rm/job.json"), str(root / "round-1/1-rl/job.json")]
     assert not ws.exists()
-    js = subprocess.run([*ARENA, "flywheel", str(cfg_file), "-w", str(ws), "--print-launch", "--json",
-                         "--set", "training.launch.launcher=torchrun"], capture_output=True, text=True, cwd=REPO)
+    js = arena("flywheel", cfg_file, "-w", ws, "--print-launch", "--json", "--set", "training.launch.launcher=torchrun",
+               cwd=REPO)
     rows = json.loads(js.stdout)
     assert [r["kind"] for r in rows] == ["sft", "sft", "dpo", "dpo", "rm", "rl"]
     assert rows == launch_plan(config({**CONFIG["training"]["launch"], "launcher": "torchrun"}), ws)
@@ -245,21 +243,14 @@ def test_a_failed_launch_names_its_log_and_leaves_no_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_flywheel_round_trains_through_the_launcher_and_rates_the_model(tmp_path):
-    from arena_learning.flywheel.rounds import run_flywheel
-
-    from .test_plan import FLYWHEEL
-
-    data = json.loads(json.dumps(FLYWHEEL))
-    data["training"]["launch"] = {"launcher": "accelerate", "accelerate_config": "multi_gpu", "num_processes": 1,
-                                  "cpu": True}
-    cfg = validate_config(data, FlywheelConfig, "test")
-    with Store(tmp_path / "ws") as store:
-        report = run_flywheel(cfg, store, show_progress=False)
-    stage = tmp_path / "ws" / "flywheel" / "round-0" / "0-sft"
+def test_a_flywheel_round_trains_through_the_launcher_and_rates_the_model(trained_flywheel):
+    # the session's trained flywheel: test_plan's FLYWHEEL trained through `accelerate launch` on the CPU
+    assert trained_flywheel.config["training"]["launch"] == {"launcher": "accelerate", "accelerate_config": "multi_gpu",
+                                                             "num_processes": 1, "cpu": True}
+    stage = trained_flywheel.workspace / "flywheel" / "round-0" / "0-sft"
     job = read_job(stage / "job.json")
     assert job.data == str(stage / "train.jsonl") and len(Path(job.data).read_text().splitlines()) == 6
     assert "accelerate" in (stage / "launch.log").read_text().splitlines()[0]
-    (rnd,) = report.rounds
-    assert rnd.model == "student-r0-sft" and rnd.sft_examples == 6 and rnd.train_loss is not None
-    assert rnd.rating is not None  # the launched model answered the test set and was rated
+    (rnd,) = trained_flywheel.report["rounds"]
+    assert rnd["model"] == "student-r0-sft" and rnd["sft_examples"] == 6 and rnd["train_loss"] is not None
+    assert rnd["rating"] is not None  # the launched model answered the test set and was rated

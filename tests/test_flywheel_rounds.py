@@ -21,7 +21,7 @@ from arena_learning.flywheel.slices import slice_prompts, task_slice
 from arena_learning.flywheel_state import load_state, state_path
 from arena_learning.tasks import generate_tasks
 
-from .conftest import ARENA
+from .conftest import ARENA, arena
 
 CONFIG = {
     "name": "resume",
@@ -226,8 +226,8 @@ def killed_and_resumed(module_tmp):
     with sqlite3.connect(ws / "arena.db") as db:
         ok_before = db.execute("SELECT COUNT(*) FROM calls WHERE status='ok'").fetchone()[0]
     # The rerun also asks for the selection ablation: the finished stages stay; the variants are trained beside them.
-    second = subprocess.run([*cmd, "--json", "--baselines", "random"], capture_output=True, text=True, env=env,
-                            timeout=900)
+    # (In this process: what is tested is the resume, not a process of its own.)
+    second = arena(*cmd[len(ARENA):], "--json", "--baselines", "random")
     return {"ws": ws, "ckpt": ckpt, "state_at_kill": state, "ok_before": ok_before, "second": second, "tmp": tmp}
 
 
@@ -292,9 +292,7 @@ def test_flywheel_json_has_the_round_table(killed_and_resumed):
 def test_a_plain_rerun_keeps_the_ablations_the_workspace_trained(killed_and_resumed):
     """Without --baselines a rerun still rates the variants trained earlier (it used to drop their test battles)."""
     k = killed_and_resumed
-    cmd = [*ARENA, "flywheel", str(k["tmp"] / "fw.yaml"), "-w", str(k["ws"]), "--set", "training.sft.max_steps=6",
-           "--json"]
-    third = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    third = arena("flywheel", k["tmp"] / "fw.yaml", "-w", k["ws"], "--set", "training.sft.max_steps=6", "--json")
     assert third.returncode == 0, third.stderr[-3000:]
     abl = {a["key"]: a for a in json.loads(third.stdout)["ablations"]}
     assert set(abl) == {"r0.0-sft-random", "r1.0-sft-random"} and all(a["rating"] is not None for a in abl.values())
@@ -312,13 +310,12 @@ def test_arena_harvest_exports_a_flywheel_slice(killed_and_resumed, kind, out):
 
     k = killed_and_resumed
     path = k["tmp"] / out
-    args = [*ARENA, "harvest", str(k["ws"]), "--kind", kind, "--prompt-set", "flywheel/D1", "--out", str(path),
-            "--k", "0"]
+    args = ["harvest", str(k["ws"]), "--kind", kind, "--prompt-set", "flywheel/D1", "--out", str(path), "--k", "0"]
     if kind == "sft":
         args += ["--target", "student-r0-sft", "--selection", "all"]
     else:
         args += ["--models", "student-r0-sft,ref-4shot", "--selection", "all"]
-    res = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    res = arena(*args)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == str(path)
     if path.suffix == ".jsonl":
@@ -337,9 +334,9 @@ def test_harvest_errors_are_clear(tmp_path):
 
     with Store(tmp_path / "ws"):
         pass
-    res = subprocess.run([*ARENA, "harvest", str(tmp_path / "ws"), "--kind", "sft"], capture_output=True, text=True)
+    res = arena("harvest", tmp_path / "ws", "--kind", "sft")
     assert res.returncode == 2 and "no prompt set 'test'" in res.stderr
-    res = subprocess.run([*ARENA, "harvest", str(tmp_path / "ws"), "--kind", "ppo"], capture_output=True, text=True)
+    res = arena("harvest", tmp_path / "ws", "--kind", "ppo")
     assert res.returncode == 2 and "use sft, dpo or rm" in res.stderr
 
 
@@ -457,8 +454,7 @@ def test_a_sweep_trains_variants_beside_a_finished_stage_from_the_same_model_on_
                                                "base": {"start": "base", "learning_rate": 1e-12, "max_steps": 1}}
     cfg_path = k["tmp"] / "sweep.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
-    res = subprocess.run([*ARENA, "flywheel", str(cfg_path), "-w", str(k["ws"]), "--json"], capture_output=True,
-                         text=True, timeout=900)
+    res = arena("flywheel", cfg_path, "-w", k["ws"], "--json")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "r0.0-sft: done in an earlier run" in res.stderr and "r1.0-sft: done in an earlier run" in res.stderr
     assert "sweep lr1e-3: {'learning_rate': 0.001, 'max_steps': 1}" in res.stderr
@@ -486,6 +482,5 @@ def test_a_sweep_trains_variants_beside_a_finished_stage_from_the_same_model_on_
     assert row["sweep"] == {"learning_rate": 0.001, "max_steps": 1} and row["model"] == "student-r1-sft-lr1e-3"
     assert row["rating"] is not None and row["delta_prev"]["vs"] == "student-r0-sft"  # rated, from the same start
     assert [r["model"] for r in out["rounds"]] == ["student-r0-sft", "student-r1-sft"]  # the chain is unchanged
-    table = subprocess.run([*ARENA, "flywheel", str(cfg_path), "-w", str(k["ws"])], capture_output=True, text=True,
-                           timeout=900)
+    table = arena("flywheel", cfg_path, "-w", k["ws"])
     assert table.returncode == 0 and "learning_rate=0.001 max_steps=1" in table.stdout

@@ -140,6 +140,21 @@ def test_reward_model_then_rloo_with_it(stages, tmp_path):
 
 
 @pytest.mark.slow
+def test_full_fine_tuning_sft_then_dpo_then_rl_each_from_the_last(tmp_path):
+    """``lora: null`` (the GPU check's full fine-tuning): every weight trains and each stage saves a whole model that
+    the next starts from and the arena answers with."""
+    full = {**TINY, "lora": None}
+    sft = train.train_sft("bundled", sft_items(), tmp_path / "sft", SFTSettings(**full), spec=TARGET)
+    assert sft.steps == 1 and not (sft.model_dir / "adapter_config.json").exists()
+    dpo = train.train_dpo(str(sft.model_dir), pairs(), tmp_path / "dpo", DPOSettings(**full, beta=0.1), spec=TARGET)
+    assert dpo.steps == 1 and dpo.train_loss is not None
+    rl = train.train_rl(str(dpo.model_dir), PROMPTS, tmp_path / "rl",
+                        RLSettings(**full, reward="verifier", num_generations=2, max_completion_length=4), spec=TARGET)
+    assert rl.steps == 1
+    assert answers_through_the_arena(rl.model_dir, tmp_path / "ws").sent == 3
+
+
+@pytest.mark.slow
 def test_grpo_with_the_chance_corrected_verifier_reward(stages, tmp_path):
     """GRPO on world prompts, rewarded by the checker minus what each completion earns without its question."""
     world = [p for p in generate_tasks(24, seed=5, suite=2) if p.category in ("yes_no", "comparison")]

@@ -124,7 +124,7 @@ def test_the_flywheel_serves_the_base_through_llamacpp_with_the_transformers_ans
                 answers[spec.engine] = [c.text for c in run_requests(s, build_engine(spec), reqs,
                                                                      show_progress=False)]
     same = sum(a == b for a, b in zip(answers["transformers"], answers["llamacpp"]))
-    assert same >= 14, (same, answers)  # measured: 16/16 (bench_serve_as.py: 32/32 at max_tokens 16)
+    assert same >= 14, (same, answers)  # measured: 16/16 (docs/results.md: 32/32 at max_tokens 16)
 
 
 RESUME = """

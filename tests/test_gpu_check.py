@@ -1,8 +1,9 @@
 """benchmarks/gpu_check.py: the GPU run's flywheel is a valid config, the CUDA sizes are what the check promises.
 
 The run itself needs a GPU (the device tool). Here: what the script would hand to ``arena flywheel``, validated
-by the real loader, and (slow) ``run --dry-run`` end to end on the CPU, so the prepared check cannot rot unseen
-(it once failed with an IndexError after the flywheel config it reads lost two of its references).
+by the real loader, (slow) ``run --dry-run`` on the CPU (probes and the run's plan), so the prepared check cannot
+rot unseen (it once failed with an IndexError after the flywheel config it reads lost two of its references), and
+the figures it reads from a finished run, read from the session's trained flywheel.
 """
 
 from __future__ import annotations
@@ -47,22 +48,29 @@ def test_the_gpu_checks_flywheel_config_loads_and_trains_every_stage_in_full(dry
         assert all(cfg.pool[s].n == 320 for s in ("D1", "D2", "D3"))
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(3000)
-def test_the_dry_run_runs_every_step_of_the_gpu_check_on_the_cpu(tmp_path):
-    """`python benchmarks/gpu_check.py run --dry-run`: answering probes, then SFT -> SFT -> DPO -> RL, each rated."""
+@pytest.mark.slow  # the probes load the bundled model through transformers
+def test_the_dry_run_probes_answering_and_plans_every_stage_of_the_gpu_check_on_the_cpu(tmp_path):
+    """`python benchmarks/gpu_check.py run --dry-run`: answering probes, then the flywheel's plan, SFT -> SFT -> DPO
+    -> RL (the training itself is `--dry-run --train`, by hand: minutes)."""
     out, ws = tmp_path / "out", tmp_path / "ws"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "run", "--dry-run", "--out",
-                           str(out), "--workspace", str(ws), "--timeout", "2700"],
-                          capture_output=True, text=True, env=env, timeout=2900)
-    log = (out / "flywheel.log").read_text(encoding="utf-8") if (out / "flywheel.log").is_file() else ""
-    assert proc.returncode == 0, proc.stderr[-3000:] + log[-3000:]
+                           str(out), "--workspace", str(ws), "--timeout", "600"],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     figures = json.loads((out / "gpu_check.json").read_text(encoding="utf-8"))
     assert figures["dry_run"] and figures["exit_code"] == 0
     assert [a["model"] for a in figures["answering"]] == ["student", "gemma-270m-12shot"]
     assert all(a["tokens"] > 0 for a in figures["answering"])
-    assert [(s["kind"], s["status"]) for s in figures["stages"]] == [("sft", "done"), ("sft", "done"),
-                                                                      ("dpo", "done"), ("rl", "done")]
+    assert [p["model"] for p in figures["planned"]] == ["student-r0-sft", "student-r1-sft", "student-r1-dpo",
+                                                         "student-r1-rl"]
+
+
+@pytest.mark.slow  # the session's trained flywheel
+def test_a_finished_runs_figures_are_read_from_its_report_and_workspace(trained_flywheel):
+    figures = gpu_check().flywheel_figures(trained_flywheel.report, trained_flywheel.workspace)
+    assert [(s["kind"], s["status"]) for s in figures["stages"]] == [("sft", "done")]
     assert all(s["steps"] == 1 and s["rating"] is not None for s in figures["stages"])
-    assert set(figures["exact_answers"]) >= {"student-base", "gemma-270m-12shot"}
+    assert figures["rounds"] == trained_flywheel.report["rounds"] and figures["base"]
+    assert set(figures["exact_answers"]) >= {"student-base", "ref-2shot", "student-r0-sft"}
+    assert all(0 <= r["exact"] <= r["answered"] == 9 for r in figures["exact_answers"].values())

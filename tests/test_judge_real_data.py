@@ -18,6 +18,7 @@ import yaml
 from arena_learning.store import Store
 
 from .conftest import ARENA, free_port, shared, wait_for_port, write_config
+from .conftest import arena as run_arena
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ sampling: {{temperature: 0.0, max_tokens: 48}}
 
 
 def arena(*args):
-    proc = subprocess.run([*ARENA, *map(str, args)], capture_output=True, text=True, timeout=900)
+    proc = run_arena(*args)
     assert proc.returncode == 0, f"arena {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc
 

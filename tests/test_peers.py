@@ -4,7 +4,6 @@ their own tools define, and an export re-imports to the same battles (in-process
 from __future__ import annotations
 
 import json
-import subprocess
 from collections import Counter
 
 import pytest
@@ -22,7 +21,8 @@ from arena_learning.errors import ArenaError
 from arena_learning.rating.baseline import baseline_win_rates
 from arena_learning.store import Store
 
-from .conftest import ARENA, shared
+from .conftest import arena as run_arena
+from .conftest import shared
 
 BASE = "gpt-4-0314"
 
@@ -234,7 +234,7 @@ def test_bad_judgment_records_are_skipped_with_their_line(tmp_path):
 
 
 def arena(*args, ok=True):
-    proc = subprocess.run([*ARENA, *map(str, args)], capture_output=True, text=True, timeout=120)
+    proc = run_arena(*args)
     if ok:
         assert proc.returncode == 0, f"arena {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc

@@ -4,7 +4,6 @@ games by schedule, both orders, per turn), and what it counts as cached is what 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from arena_learning.plan import estimate_tokens, plan_run
 from arena_learning.records import Answer, Prompt
 from arena_learning.store import Store
 
-from .conftest import ARENA, REPO, shared
+from .conftest import REPO, arena, shared
 from .test_judge_runs import scripted_judge
 
 
@@ -122,22 +121,19 @@ def test_arena_plan_cli_json_and_table(tmp_path, judge_server):
     cfg = imported_config(judge_server.url, schedule="all")
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
-    out = subprocess.run([*ARENA, "plan", str(path), "-w", str(tmp_path / "ws"), "--json"], capture_output=True,
-                         text=True, cwd=REPO)
+    out = arena("plan", path, "-w", tmp_path / "ws", "--json", cwd=REPO)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     with Store(tmp_path / "ws", readonly=True) as ro:
         assert got == json.loads(json.dumps(plan_run(cfg, ro, timed=True).as_json()))
     assert got["totals"]["calls"] == 20 and got["kind"] == "run" and "characters / 4" in got["tokens"]
-    table = subprocess.run([*ARENA, "plan", str(path), "-w", str(tmp_path / "ws")], capture_output=True, text=True,
-                           cwd=REPO)
+    table = arena("plan", path, "-w", tmp_path / "ws", cwd=REPO)
     assert table.returncode == 0 and "to send" in table.stdout and "total" in table.stdout
     assert not list((tmp_path / "ws").glob("*.yaml"))  # plan writes nothing
     # Bad input: exit 2 and say what to do.
-    missing = subprocess.run([*ARENA, "plan", str(tmp_path / "nope.yaml")], capture_output=True, text=True, cwd=REPO)
+    missing = arena("plan", tmp_path / "nope.yaml", cwd=REPO)
     assert missing.returncode == 2 and "config file not found" in missing.stderr
-    empty = subprocess.run([*ARENA, "plan", str(path), "-w", str(tmp_path / "none")], capture_output=True, text=True,
-                           cwd=REPO)
+    empty = arena("plan", path, "-w", tmp_path / "none", cwd=REPO)
     assert empty.returncode == 2 and "prompts.set 'open'" in empty.stderr and "arena ingest" in empty.stderr
 
 
@@ -238,16 +234,20 @@ def test_the_flywheel_plan_prices_the_runs_schedule_stage_by_stage():
 
 
 @pytest.mark.slow
-def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
+def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(trained_flywheel, monkeypatch):
     from arena_learning.config import validate_config
     from arena_learning.flywheel.plan import plan_flywheel
     from arena_learning.flywheel.settings import FlywheelConfig
 
     # The run itself: a plan before it (no workspace yet) counts per model the calls the ledger then holds. The
     # target answers as the quickstart's does: through llama.cpp from its GGUF export, whose calls the plan of a
-    # finished run must find in the ledger under the export's identity.
-    cfg = validate_config({**FLYWHEEL, "training": {**FLYWHEEL["training"], "serve_as": "llamacpp"}},
-                          FlywheelConfig, "test")
+    # finished run must find in the ledger under the export's identity. The run is the session's trained flywheel:
+    # FLYWHEEL served through llama.cpp (and trained through `accelerate launch`, which changes no call).
+    cfg = validate_config(trained_flywheel.config, FlywheelConfig, "test")
+    assert cfg.training.serve_as == "llamacpp"
+    launch = trained_flywheel.config["training"]["launch"]
+    assert trained_flywheel.config == {**FLYWHEEL, "training": {**FLYWHEEL["training"], "serve_as": "llamacpp",
+                                                                "launch": launch}}
     before = plan_flywheel(cfg, None)
     planned: dict[str, int] = {}
     for x in before.lines:
@@ -255,10 +255,7 @@ def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
     planned = {m: n for m, n in planned.items() if n}
     # D0: student-base and the reference 6 each; the test set: 9 each for them and the trained model
     assert planned == {"student-base": 15, "ref-2shot": 15, "student-r0-sft": 9}
-    from arena_learning.flywheel.rounds import run_flywheel
-
-    with Store(tmp_path / "ws") as store:
-        run_flywheel(cfg, store, show_progress=False)
+    with Store(trained_flywheel.workspace, readonly=True) as store:
         made = dict(store.db.execute("SELECT requested_by, COUNT(*) FROM calls GROUP BY requested_by").fetchall())
         assert made == planned
         after = plan_flywheel(cfg, store, timed=True)
@@ -266,8 +263,9 @@ def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(tmp_path):
     assert all(x.to_send == 0 for x in after.lines)
     assert next(x.note for x in after.lines if x.step == "train").startswith("done in an earlier run")
     assert all(x.seconds == 0.0 for x in after.lines) and after.minutes()["total"] == 0.0
-    # The run recorded its training and its harvest here (this test process's rates file): a new workspace's plan
-    # times the stage's training from them.
+    # The run recorded its training and its harvest in its rates file: a new workspace's plan times the stage's
+    # training from them.
+    monkeypatch.setenv("ARENA_RATES", str(trained_flywheel.rates))
     again = plan_flywheel(cfg, None, timed=True)
     (train,) = [x for x in again.lines if x.step == "train"]
     assert train.seconds is not None and train.seconds > 0 and " steps of " in train.timing

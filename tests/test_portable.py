@@ -13,7 +13,7 @@ from arena_learning.engines import llama_build, llama_check
 from arena_learning.engines.doctor import wide_features
 from arena_learning.errors import EngineError
 
-from .conftest import ARENA, load_benchmark, write_config
+from .conftest import ARENA, arena, load_benchmark, write_config
 
 CRASH = "import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n"
 
@@ -131,13 +131,12 @@ ratings: {bootstrap: 10}
 """)
     ws = tmp_path / "ws"
     (ws / "report.html").mkdir(parents=True)  # the report cannot be written there
-    proc = subprocess.run([*ARENA, "run", str(cfg), "-w", str(ws), "--json"], capture_output=True, text=True,
-                          timeout=600)
+    proc = arena("run", cfg, "-w", ws, "--json")
     assert proc.returncode == 0, proc.stderr
     board = json.loads(proc.stdout)
     assert {r["model"] for r in board} == {"a", "b"}
     assert "the HTML report failed" in proc.stderr and f"arena report {ws}" in proc.stderr
-    again = subprocess.run([*ARENA, "leaderboard", str(ws), "--json"], capture_output=True, text=True, timeout=300)
+    again = arena("leaderboard", ws, "--json")
     assert json.loads(again.stdout) == board
 
 

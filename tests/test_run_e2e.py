@@ -12,6 +12,7 @@ import time
 import pytest
 
 from .conftest import ARENA, write_config
+from .conftest import arena as run_arena
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +45,7 @@ TOTAL_CALLS = 27 * 3
 
 
 def arena(*args, check=True):
-    proc = subprocess.run([*ARENA, *map(str, args)], capture_output=True, text=True, timeout=600)
+    proc = run_arena(*args)  # in this process; the kill below runs one of its own
     if check and proc.returncode != 0:
         raise AssertionError(f"arena {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc

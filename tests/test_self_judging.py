@@ -131,3 +131,19 @@ def test_the_same_weights_under_another_path_are_the_same_model_and_one_model_ma
     assert check_self_judging(judge, [ModelSpec(name="other", engine="llamacpp", model=str(c))]) == {}
     with pytest.warns(SelfPreferenceWarning, match="allowed by audit.allow_self_judging.*self-judged"):
         check_self_judging(judge, [ModelSpec(name="me", engine="llamacpp", model=str(b))], allow=True)
+
+
+def test_the_llm_judge_flywheel_example_judges_with_a_model_that_is_no_contestant():
+    # examples/flywheel-llm-judge.yaml: an offline LLM judge picks the round's data; its weights never answer
+    from pathlib import Path
+
+    from arena_learning.config import load_config_file
+    from arena_learning.flywheel.settings import FlywheelConfig
+
+    config = Path(__file__).resolve().parents[1] / "examples" / "flywheel-llm-judge.yaml"
+    judge = load_config_file(config, FlywheelConfig)
+    assert judge.judge.kind == "llm" and judge.judge.template == "own-reference"
+    assert judge.judge.model.model not in {r.model for r in [judge.target, *judge.references]}
+    truth = load_config_file(config, FlywheelConfig, ["judge={kind: verifier}"])  # the verifier in its place
+    assert truth.judge.kind == "verifier" and truth.model_dump(exclude={"judge"}) == judge.model_dump(exclude={"judge"})
+    assert judge.rating_judge == truth.judge  # the ratings stay the verifier's whoever picks the data

@@ -200,7 +200,7 @@ def test_the_minutes_benchmark_sets_a_plan_beside_its_run(tmp_path):
 
     import yaml
 
-    from .conftest import ARENA
+    from .conftest import arena
 
     cfg = yaml.safe_load((REPO / "examples" / "quickstart.yaml").read_text())
     cfg["tasks"]["n"] = 12
@@ -208,13 +208,12 @@ def test_the_minutes_benchmark_sets_a_plan_beside_its_run(tmp_path):
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(cfg))
     ws = tmp_path / "ws"
-    plan = subprocess.run([*ARENA, "plan", str(path), "-w", str(ws), "--json", "--measure"], capture_output=True,
-                          text=True, cwd=REPO)
+    plan = arena("plan", path, "-w", ws, "--json", "--measure", cwd=REPO)
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert "[plan] measuring gemma-270m-0shot" in plan.stderr
     (tmp_path / "plan.json").write_text(plan.stdout)
     assert json.loads(plan.stdout)["totals"]["minutes"]["untimed"] == 0
-    run = subprocess.run([*ARENA, "run", str(path), "-w", str(ws)], capture_output=True, text=True, cwd=REPO)
+    run = arena("run", path, "-w", ws, cwd=REPO)
     assert run.returncode == 0, run.stderr[-2000:]
     out = subprocess.run([sys.executable, "benchmarks/bench_plan_minutes.py", str(path), "--from-run", str(ws),
                           "--plan-json", str(tmp_path / "plan.json")], capture_output=True, text=True, cwd=REPO)

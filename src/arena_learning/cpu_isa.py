@@ -10,8 +10,9 @@ for has (``engines/llama_build.py`` builds for AVX2 too): ATen's ``ATEN_CPU_CAPA
 (conditional numerical reproducibility: MKL's promise of the same bits on any CPU with the named instructions)
 and oneDNN's ``ONEDNN_MAX_CPU_ISA``. Each is read when its library first computes, so the pin runs when this
 package is imported, before torch ever computes. A variable the user set is left as set; ``ARENA_CPU_ISA=native``
-leaves all of them alone (each machine's fastest kernels, its own tables). ``benchmarks/bench_cpu_isa.py`` measures
-what the pin changes and costs. Other CPU architectures (ARM) have no such switches and are left alone.
+leaves all of them alone (each machine's fastest kernels, its own tables). What the pin changes and costs is
+measured on the results page (``docs/results.md``). Other CPU architectures (ARM) have no such switches and are
+left alone.
 """
 
 from __future__ import annotations

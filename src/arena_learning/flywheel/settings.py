@@ -389,7 +389,7 @@ class TrainingConfig(Section):
         "answer through (the base and every trained stage; training is transformers either way): transformers "
         "(the trained folder itself), or llamacpp: each model's folder exported to GGUF (STAGE/model.gguf, the base "
         "in the arena cache) with the bundled model's metadata and tokenizer, answering with the target's mode, "
-        "prompt_format and params, parallel = batch_size. Measured on 2 cores (benchmarks/bench_serve_as.py): "
+        "prompt_format and params, parallel = batch_size. Measured on 2 cores (docs/results.md): "
         "about 10x the tokens/s of transformers float32; f16 answers equal float32 transformers' on 32/32 test "
         "prompts, q4_k_m on 29/32")
     serve_quantize: Literal["f16", "q4_k_m", "f32"] = Field(

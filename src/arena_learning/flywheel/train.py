@@ -372,7 +372,7 @@ def answer_tokens_only_on_cpu() -> Iterator[None]:
     zero-shot task row has 3-6 answer tokens among 20-40. The per-token log-probabilities of the
     labelled positions are the same either way (the same tiles, fewer rows); the loss and gradients
     agree to float rounding (``tests/test_flywheel_train.py``). Measured on 2 cores
-    (``benchmarks/bench_train_steps.py``): SFT steps about 3x faster. Hand-written because TRL has no
+    (``docs/results.md``): SFT steps about 3x faster. Hand-written because TRL has no
     setting for it; ``trl==1.16.0`` is pinned, and a TRL without the hook raises here, not later.
     """
     import trl.trainer.utils as trl_utils
