@@ -28,9 +28,10 @@ HELP = (
     "it (cosine similarity of all-MiniLM-L6-v2 embeddings, the bundled model), with 95% CIs by bootstrap over "
     "those prompts, and the neighbours listed. Give the prompt as text (--prompt) or as the id of a test prompt "
     "(--id; that prompt is its own nearest neighbour).\n\n"
-    "How well such a board predicts held-out battles, against the global board, is measured by "
-    "benchmarks/bench_prompt_board.py (see docs/results.md): read its figures before trusting a small K."
-)
+    "It is not a better predictor of who wins than the global board: on the flywheel quickstart's held-out "
+    "battles (benchmarks/bench_prompt_board.py, figures on docs/results.md) its log-loss was lower but it named "
+    "the winner less often at most K; at the default K its accuracy was not lower beyond chance. To predict, use "
+    "`arena leaderboard`; this board shows which models do well near a prompt.")
 
 
 def register(app: typer.Typer) -> None:
@@ -43,7 +44,9 @@ def prompt_board_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory with battles on its test set.")],
     prompt: Annotated[str | None, typer.Option("--prompt", help="The prompt's text.")] = None,
     prompt_id: Annotated[str | None, typer.Option("--id", help="The id of a test prompt.")] = None,
-    k: Annotated[int, typer.Option("--k", "-k", help="Nearest test prompts whose battles are rated.")] = DEFAULT_K,
+    k: Annotated[int, typer.Option(
+        "--k", "-k", help="Nearest test prompts whose battles are rated; a smaller K gives a board closer to the "
+                          "prompt, with wider CIs.")] = DEFAULT_K,
     judge: Annotated[str | None, typer.Option(
         help="Whose battles (default: the run's judge, or the only judge with test-set battles).")] = None,
     bootstrap: Annotated[int | None, typer.Option(
