@@ -33,6 +33,7 @@ from .tasks import generate_tasks
 if TYPE_CHECKING:
     from .rating.gaps import GapReport
     from .rating.lengthcontrol import LCWinRate
+    from .rating.prompt_board import PromptBoard
     from .rating.style import StyleResult
 
 TEST_SET = DEFAULT_SET
@@ -560,3 +561,56 @@ def stage_group_gaps(store: Store, by: str, target: str, judge: str, *, min_prom
                         min_prompts=min_prompts, labels={**group_labels(prompts, by), **(names or {})})
     wanted = {pid for g in report.groups for pid in g.lost}
     return report, {p.id: p.turns[0] for p in prompts if p.id in wanted}
+
+
+def prompt_board_judge(store: Store, judge: str | None = None) -> str:
+    """Return whose test-set battles a prompt's board uses: ``judge``, else the run's judge, else the only judge
+    with battles on the test set; an ArenaError naming the choices otherwise."""
+    if judge is None and store.get_meta("config") is not None:
+        judge = load_saved_config(store).judge.name
+    have = sorted({b.judge for b in store.get_battles(None, TEST_SET)})
+    if not have:
+        raise ArenaError(f"{store.root} has no battles on the test set: run `arena battle` (or `arena run`) first")
+    if judge is None:
+        if len(have) > 1:
+            raise ArenaError(f"{store.root}: battles of several judges on the test set ({', '.join(have)}): "
+                             "name one with --judge")
+        return have[0]
+    if judge not in have:
+        raise ArenaError(f"{store.root}: no test-set battles by judge {judge!r}; judges with some: {', '.join(have)}")
+    return judge
+
+
+def stage_prompt_board(store: Store, *, text: str | None = None, prompt_id: str | None = None, k: int = 50,
+                       judge: str | None = None, bootstrap: int | None = None,
+                       embed: Callable[[list[str]], Any] | None = None) -> PromptBoard:
+    """Return the leaderboard of one prompt (rating.prompt_board): Bradley-Terry on the battles of the ``k`` test
+    prompts nearest to ``text``, or to the test prompt ``prompt_id`` (itself included, the nearest).
+
+    ``embed`` (texts -> unit-length float32 (N, D)) defaults to the bundled all-MiniLM-L6-v2; every input is
+    checked before it is called, so a bad id or ``k`` costs no model load.
+    """
+    from .curate.embed import embedding_texts, text_embedder
+    from .curate.settings import EmbedSettings
+    from .rating.prompt_board import check_k, prompt_board, rated_prompts
+
+    if (text is None) == (prompt_id is None):
+        raise ArenaError("give the prompt as text (--prompt) or as the id of a test prompt (--id), one of the two")
+    if text is not None and not text.strip():
+        raise ArenaError("the prompt text is empty: give the words of the prompt with --prompt")
+    name = prompt_board_judge(store, judge)
+    battles = store.get_battles(name, TEST_SET)
+    prompts = rated_prompts(battles, store.get_prompts(TEST_SET))
+    ids = [p.id for p in prompts]
+    if prompt_id is not None and prompt_id not in ids:
+        known = {p.id for p in store.get_prompts(TEST_SET)}
+        why = "it has no battle" if prompt_id in known else "no test prompt has this id"
+        raise ArenaError(f"prompt id {prompt_id!r}: {why} in {store.root} (`arena view` lists the prompts; or give "
+                         "the text with --prompt)")
+    check_k(k, len(prompts))
+    cfg = load_saved_config(store) if store.get_meta("config") is not None else None
+    rounds = bootstrap if bootstrap is not None else max(cfg.ratings.bootstrap, 100) if cfg else 100
+    embed = embed or text_embedder(EmbedSettings())
+    emb = embed(embedding_texts(prompts))
+    query = emb[ids.index(prompt_id)] if prompt_id is not None else embed([text or ""])[0]
+    return prompt_board(battles, prompts, emb, query, k, bootstrap=rounds, seed=cfg.ratings.seed if cfg else 0)

@@ -650,12 +650,13 @@ def _register_extensions() -> None:
     from .models import register as register_models
     from .peers import register as register_peers
     from .plan import register as register_plan
+    from .prompt_board import register as register_prompt_board
     from .rating import register as register_rating
     from .scores import register as register_scores
     from .view import register as register_view
 
     for register in (register_rating, register_curate, register_audit, register_view, register_scores,
-                     register_flywheel, register_plan, register_peers, register_models):
+                     register_flywheel, register_plan, register_peers, register_models, register_prompt_board):
         register(app)
 
 
