@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -313,7 +314,7 @@ def test_the_leaderboard_guides_commands_run_on_a_small_workspace(endpoint_run, 
             continue
         for line in body.splitlines():
             command, _, redirect = line.partition(" > ")
-            words = [str(ws) if w.startswith("workspaces/") else w for w in command.split()[1:]]
+            words = [str(ws) if w.startswith("workspaces/") else w for w in shlex.split(command)[1:]]
             words = [str(tmp_path / w) if w.endswith(".json") else w for w in words]
             res = invoke(*words)
             if redirect:

@@ -581,7 +581,7 @@ def prompt_board_judge(store: Store, judge: str | None = None) -> str:
     return judge
 
 
-def stage_prompt_board(store: Store, *, text: str | None = None, prompt_id: str | None = None, k: int = 50,
+def stage_prompt_board(store: Store, *, text: str | None = None, prompt_id: str | None = None, k: int | None = None,
                        judge: str | None = None, bootstrap: int | None = None,
                        embed: Callable[[list[str]], Any] | None = None) -> PromptBoard:
     """Return the leaderboard of one prompt (rating.prompt_board): Bradley-Terry on the battles of the ``k`` test
@@ -607,6 +607,8 @@ def stage_prompt_board(store: Store, *, text: str | None = None, prompt_id: str 
         why = "it has no battle" if prompt_id in known else "no test prompt has this id"
         raise ArenaError(f"prompt id {prompt_id!r}: {why} in {store.root} (`arena view` lists the prompts; or give "
                          "the text with --prompt)")
+    if k is None:  # the default: 50 (measured best), or every prompt of a smaller test set
+        k = min(50, max(len(prompts), 1))
     check_k(k, len(prompts))
     cfg = load_saved_config(store) if store.get_meta("config") is not None else None
     rounds = bootstrap if bootstrap is not None else max(cfg.ratings.bootstrap, 100) if cfg else 100

@@ -12,6 +12,7 @@ bars are drawn goes above them.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,16 +25,21 @@ PIPE_WIDTH = 120
 """Columns of a table printed to a file or pipe."""
 
 
-@functools.cache
 def stdout_console() -> Console:
     """Return a console on stdout (results only, so ``--json`` output can be piped), ``PIPE_WIDTH`` wide off a tty."""
-    return Console(width=None if sys.stdout.isatty() else PIPE_WIDTH)
+    return _console(False, os.environ.get("COLUMNS"))
+
+
+def stderr_console() -> Console:
+    """Return a console on stderr (progress, call stats, warnings), ``PIPE_WIDTH`` wide off a tty."""
+    return _console(True, os.environ.get("COLUMNS"))
 
 
 @functools.cache
-def stderr_console() -> Console:
-    """Return a console on stderr (progress, call stats, warnings), ``PIPE_WIDTH`` wide off a tty."""
-    return Console(stderr=True, width=None if sys.stderr.isatty() else PIPE_WIDTH)
+def _console(stderr: bool, columns: str | None) -> Console:
+    """Return the one console of a stream; a ``COLUMNS`` set in the environment is honoured (Rich reads it)."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if columns or stream.isatty() else PIPE_WIDTH)
 
 
 @contextmanager

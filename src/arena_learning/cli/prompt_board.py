@@ -44,9 +44,10 @@ def prompt_board_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory with battles on its test set.")],
     prompt: Annotated[str | None, typer.Option("--prompt", help="The prompt's text.")] = None,
     prompt_id: Annotated[str | None, typer.Option("--id", help="The id of a test prompt.")] = None,
-    k: Annotated[int, typer.Option(
-        "--k", "-k", help="Nearest test prompts whose battles are rated; a smaller K gives a board closer to the "
-                          "prompt, with wider CIs.")] = DEFAULT_K,
+    k: Annotated[int | None, typer.Option(
+        "--k", "-k", help=f"Nearest test prompts whose battles are rated (default {DEFAULT_K}, or every test prompt "
+                          "when there are fewer); a smaller K gives a board closer to the prompt, with wider CIs.",
+        show_default=False)] = None,
     judge: Annotated[str | None, typer.Option(
         help="Whose battles (default: the run's judge, or the only judge with test-set battles).")] = None,
     bootstrap: Annotated[int | None, typer.Option(
