@@ -37,9 +37,12 @@ def stderr_console() -> Console:
 
 @functools.cache
 def _console(stderr: bool, columns: str | None) -> Console:
-    """Return the one console of a stream; a ``COLUMNS`` set in the environment is honoured (Rich reads it)."""
+    """Return the one console of a stream: off a tty ``PIPE_WIDTH`` wide, or wider where ``COLUMNS`` asks."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if columns or stream.isatty() else PIPE_WIDTH)
+    if stream.isatty():
+        return Console(stderr=stderr)
+    wide = int(columns) if columns and columns.isdigit() else 0  # COLUMNS may ask for more, never for less
+    return Console(stderr=stderr, width=max(PIPE_WIDTH, wide))
 
 
 @contextmanager
