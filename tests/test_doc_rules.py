@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from typer.testing import CliRunner
 from arena_learning.arena.llm_judges import builtin_judges
 from arena_learning.cli import app
 
+from .conftest import load_benchmark
 from .doc_commands import cli, code_blocks, expand, options, page_commands, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,11 +41,7 @@ OUTPUT_BLOCK = re.compile(r"^```text\n.*?^```$", re.S | re.M)
 
 
 def _bench(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    return load_benchmark(name)
 
 
 def _title(path: Path) -> str:

@@ -35,6 +35,22 @@ def synthetic(seed: int, groups: int = 8, per_group: int = 30, planted: dict[str
     return battles, prompts
 
 
+def workspace(ws, battles: list[Battle], prompts: list[Prompt], bootstrap: int):
+    """Return ``ws``, a run's workspace holding ``prompts`` as its test set and ``battles`` as its verifier's."""
+    from arena_learning import pipeline
+    from arena_learning.config import RunConfig
+    from arena_learning.store import Store
+
+    cfg = RunConfig.model_validate({"name": "gaps", "tasks": {"n": 12},
+                                    "models": [{"name": m, "engine": "imported"} for m in MODELS],
+                                    "judge": {"kind": "verifier"}, "ratings": {"bootstrap": bootstrap, "seed": 1}})
+    with Store(ws) as store:
+        pipeline.save_config(cfg, store)
+        store.put_prompts(pipeline.TEST_SET, prompts)
+        store.replace_battles(cfg.judge.name, [b.model_copy(update={"judge": cfg.judge.name}) for b in battles])
+    return ws
+
+
 def test_a_planted_gap_is_found_first_with_the_prompts_it_lost():
     battles, prompts = synthetic(1, planted={"g03": 400.0})
     report = group_gaps(battles, prompts, "category", "target", bootstrap=200)
@@ -91,20 +107,10 @@ def test_the_cli_prints_the_gaps_of_a_workspace_behind_first(tmp_path):
 
     from typer.testing import CliRunner
 
-    from arena_learning import pipeline
     from arena_learning.cli import app
-    from arena_learning.config import RunConfig
-    from arena_learning.store import Store
 
     battles, prompts = synthetic(4, groups=4, planted={"g02": 400.0})
-    cfg = RunConfig.model_validate({"name": "gaps", "tasks": {"n": 12},
-                                    "models": [{"name": m, "engine": "imported"} for m in MODELS],
-                                    "judge": {"kind": "verifier"}, "ratings": {"bootstrap": 100, "seed": 1}})
-    ws = tmp_path / "ws"
-    with Store(ws) as store:
-        pipeline.save_config(cfg, store)
-        store.put_prompts(pipeline.TEST_SET, prompts)
-        store.replace_battles(cfg.judge.name, [b.model_copy(update={"judge": cfg.judge.name}) for b in battles])
+    ws = workspace(tmp_path / "ws", battles, prompts, bootstrap=100)
     runner = CliRunner()
     res = runner.invoke(app, ["leaderboard", str(ws), "--by", "category", "--target", "target", "--json"])
     assert res.exit_code == 0, res.output
@@ -123,21 +129,11 @@ def test_a_names_file_labels_the_groups_of_a_board_and_of_the_gaps(tmp_path):
 
     from typer.testing import CliRunner
 
-    from arena_learning import pipeline
     from arena_learning.cli import app
-    from arena_learning.config import RunConfig
-    from arena_learning.store import Store
 
     battles, prompts = synthetic(5, groups=2, per_group=12)
     prompts = [p.model_copy(update={"cluster": p.category}) for p in prompts]
-    cfg = RunConfig.model_validate({"name": "names", "tasks": {"n": 12},
-                                    "models": [{"name": m, "engine": "imported"} for m in MODELS],
-                                    "judge": {"kind": "verifier"}, "ratings": {"bootstrap": 20, "seed": 1}})
-    ws = tmp_path / "ws"
-    with Store(ws) as store:
-        pipeline.save_config(cfg, store)
-        store.put_prompts(pipeline.TEST_SET, prompts)
-        store.replace_battles(cfg.judge.name, [b.model_copy(update={"judge": cfg.judge.name}) for b in battles])
+    ws = workspace(tmp_path / "ws", battles, prompts, bootstrap=20)
     names = tmp_path / "names.yaml"
     names.write_text("g00: unit conversion\n")
     runner = CliRunner()

@@ -16,7 +16,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,16 +155,20 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--check", action="store_true", help="exit 1 when the page is not what the classes give")
-    ap.add_argument("--out", type=Path, default=PAGE)
+def write_page(argv: list[str] | None, render: Callable[[], str], page: Path, module: str, source: str) -> int:
+    """Write a generated page (``--check``: exit 1 when it is out of date); the ``main`` of every page generator.
+
+    ``module`` is the ``python -m`` name that writes it, ``source`` what the page is generated from.
+    """
+    ap = argparse.ArgumentParser(description=f"write {page.name} from {source}")
+    ap.add_argument("--check", action="store_true", help=f"exit 1 when the page is not what {source} give")
+    ap.add_argument("--out", type=Path, default=page)
     args = ap.parse_args(argv)
     text = render()
     current = args.out.read_text(encoding="utf-8") if args.out.is_file() else None
     if args.check:
         if current != text:
-            print(f"{args.out} is out of date: run python -m arena_learning.config_reference", file=sys.stderr)
+            print(f"{args.out} is out of date: run python -m {module}", file=sys.stderr)
             return 1
         return 0
     if current != text:
@@ -173,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.out}: {'written' if current != text else 'up to date'}")
     return 0
 
+
+def main(argv: list[str] | None = None) -> int:
+    return write_page(argv, render, PAGE, "arena_learning.config_reference", "the config classes")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,7 +13,6 @@ differs. Hidden options (deprecated spellings) are left out, as ``--help`` leave
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,23 +185,9 @@ def _app() -> typer.Typer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--check", action="store_true", help="exit 1 when the page is not what the command line gives")
-    ap.add_argument("--out", type=Path, default=PAGE)
-    args = ap.parse_args(argv)
-    text = render()
-    current = args.out.read_text(encoding="utf-8") if args.out.is_file() else None
-    if args.check:
-        if current != text:
-            print(f"{args.out} is out of date: run python -m arena_learning.cli.commands_reference", file=sys.stderr)
-            return 1
-        return 0
-    if current != text:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
-    print(f"{args.out}: {'written' if current != text else 'up to date'}")
-    return 0
+    from ..config_reference import write_page
 
+    return write_page(argv, render, PAGE, "arena_learning.cli.commands_reference", "the command line")
 
 if __name__ == "__main__":
     sys.exit(main())
