@@ -113,6 +113,10 @@ def render(log: Path = LOG, earlier: Path = EARLIER) -> str:
         "(`benchmarks/results.py`: `record(...)`), which writes this page again; a commit ending in `+` was",
         "measured on a work tree with uncommitted changes. The README shows the current figures and links here.",
         "",
+        "The arena's figures hold on any x86-64 CPU with AVX2. A flywheel's tables (exact counts, ratings) are the",
+        "machine column's CPU family's: on another family a rerun can part after a round or two, and is compared by",
+        "its spread over draws ([why](contributing.md#the-flywheels-tables-are-per-cpu-family)).",
+        "",
     ]
     if figures:
         latest: dict[str, Figure] = {f.figure: f for f in figures}
