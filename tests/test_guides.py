@@ -22,7 +22,7 @@ import yaml
 from typer.testing import CliRunner
 
 from arena_learning.cli import app
-from arena_learning.config import JudgeConfig, ModelSpec, PromptsConfig, RunConfig, load_config_file
+from arena_learning.config import JudgeConfig, ModelSpec, PromptsConfig, RunConfig, SpendLimit, load_config_file
 from arena_learning.curate.settings import PoolConfig, TestsetConfig
 from arena_learning.flywheel.settings import FlywheelConfig, SliceSpec, TrainingConfig
 
@@ -88,6 +88,7 @@ SNIPPET_KEYS: dict[str, Any] = {
     "prompts": PromptsConfig.model_validate,
     "pool": lambda v: [SliceSpec.model_validate(s) for s in v.values()],
     "workspace": lambda v: isinstance(v, str) or pytest.fail(f"workspace {v!r} is not a path"),
+    "spend_limit": SpendLimit.model_validate,
 }
 
 

@@ -267,17 +267,19 @@ class ModelSpec(Section):
     # openai-compatible
     base_url: str | list[str] | None = Field(None, description="openai: the endpoint's URL (.../v1), or a list of "
                                              "URLs that share the load (each request goes to the one with the fewest "
-                                             "in flight)")
-    api_key_env: str | None = Field(None, description="name of the environment variable that holds the API key")
+                                             "in flight); anthropic: the API's URL (default: Anthropic's own)")
+    api_key_env: str | None = Field(None, description="name of the environment variable that holds the API key "
+                                    "(anthropic: default ANTHROPIC_API_KEY)")
     revision: str | None = Field(
         None, description="the served weights' version (e.g. a checkpoint hash); it enters the ledger key, so "
         "changing it asks the endpoint again instead of reusing answers of the old weights"
     )
     concurrency: int = Field(16, ge=1, description="requests in flight per endpoint")
-    timeout_s: float = Field(120.0, gt=0, description="openai: seconds before a request is abandoned and retried")
-    max_retries: int = Field(6, ge=0, description="openai: retries of a request after 429, 5xx, a timeout or a "
-                             "connection error (exponential backoff with full jitter) before the call is recorded as "
-                             "failed")
+    timeout_s: float = Field(120.0, gt=0, description="openai, anthropic: seconds before a request is abandoned and "
+                             "retried")
+    max_retries: int = Field(6, ge=0, description="openai, anthropic: retries of a request after 429, 5xx, a timeout "
+                             "or a connection error (exponential backoff with full jitter) before the call is recorded "
+                             "as failed")
     price_in: float = Field(0.0, ge=0, description="price per 1M input tokens")
     price_out: float = Field(0.0, ge=0, description="price per 1M output tokens")
     # exclude_if: written only when set, so identities and fingerprints of models without one stay as they were
@@ -344,6 +346,9 @@ class ModelSpec(Section):
             raise ValueError(f"model {self.name!r}: llama.cpp's 'gemma' chat format drops system messages, so "
                              f"system_prompt would be lost; give a chat_template that places it (Gemma's own puts it "
                              f"in the first user turn)")
+        if self.engine == "anthropic" and (self.mode != "chat" or len(self.base_urls) > 1):
+            raise ValueError(f"model {self.name!r}: engine 'anthropic' takes chat messages (mode: chat) from one "
+                             f"base_url (default: Anthropic's API)")
         if self.engine != "openai" and endpoint_only:
             raise ValueError(f"model {self.name!r}: {', '.join(endpoint_only)} apply to engine 'openai' only "
                              f"(this model's engine is {self.engine!r}); remove them")

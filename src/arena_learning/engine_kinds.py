@@ -62,6 +62,8 @@ def _resolve(ref: str) -> Any:  # a class or a function, by the registry's name
 ENGINE_KINDS: dict[str, EngineKind] = {k.name: k for k in (
     EngineKind("llamacpp", "in-process GGUF", "llamacpp:LlamaCppEngine", weights="bundled:resolve_model_path"),
     EngineKind("openai", "any OpenAI-compatible endpoint", "openai_compat:OpenAIEngine", batch_price=0.5),
+    EngineKind("anthropic", "Anthropic's Messages API; the anthropic extra", "anthropic_engine:AnthropicEngine",
+               batch_price=0.5),
     EngineKind("imported", "answers loaded with `arena import-answers`, no model to run", "imported:ImportedEngine",
                makes_calls=False),
     EngineKind("transformers", "in-process Hugging Face model folder, batched; what the flywheel trains",
