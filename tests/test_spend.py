@@ -183,3 +183,16 @@ def test_plan_prices_the_endpoint_calls_synchronous_and_in_batches(tmp_path, ser
     shown = arena("plan", tmp_path / "run.yaml", "-w", tmp_path / "ws", cwd=REPO)
     assert shown.returncode == 0, shown.stderr
     assert "batch cost" in shown.stdout and f"${totals['cost_batch']:.4f} in batches" in shown.stdout
+
+
+def test_a_flywheel_config_holds_its_arena_stages_to_its_spend_limit():
+    from arena_learning.flywheel.settings import FlywheelConfig
+
+    from .test_plan import FLYWHEEL
+
+    plain = FlywheelConfig.model_validate(FLYWHEEL)
+    assert plain.arena_config([plain.target, *plain.references]).spend_limit is None
+    assert "spend_limit" not in plain.model_dump()  # saved configs and identities stay as they were
+    limited = FlywheelConfig.model_validate({**FLYWHEEL, "spend_limit": {"usd": 5}})
+    rc = limited.arena_config([limited.target, *limited.references])
+    assert rc.spend_limit is not None and rc.spend_limit.usd == 5

@@ -24,6 +24,7 @@ from ..config import (
     RunConfig,
     ScaleConfig,
     Section,
+    SpendLimit,
     TasksConfig,
     oracle_judge_error,
 )
@@ -458,6 +459,9 @@ class FlywheelConfig(Section):
     scale: ScaleConfig = Field(default_factory=ScaleConfig, description="where the battles' model calls run (ray: "
                                "engine actors on a Ray cluster; a trained model's folder must be on storage every "
                                "node sees); training runs as training.launch says")
+    spend_limit: SpendLimit | None = Field(
+        None, exclude_if=lambda v: v is None, description="stop before a model call of the arena stages (answers, "
+        "battles) would take the workspace's spend past usd; a rerun with a higher limit resumes")
 
     @model_validator(mode="after")
     def _check(self) -> FlywheelConfig:
@@ -534,4 +538,5 @@ class FlywheelConfig(Section):
         ``rating``), test set and ratings, ``schedule``."""
         judge = self.rating_judge if rating else self.judge
         return RunConfig(name=self.name, models=list(models), judge=judge, tasks=self.tasks, prompts=self.prompts,
-                         ratings=self.ratings, battles=BattleConfig(schedule=schedule, target=target))
+                         ratings=self.ratings, battles=BattleConfig(schedule=schedule, target=target),
+                         spend_limit=self.spend_limit)
