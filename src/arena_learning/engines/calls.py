@@ -238,76 +238,68 @@ async def arun_requests(
             held = upper_bound(engine, req) if guard is not None else 0.0
             if guard is not None and not guard.reserve(held):
                 return  # not sent: the stage stops at the limit (raised below, once the calls in flight are in)
-            paid = 0.0
-            try:
-                paid = await sent(key, req, params_json)
-            finally:
-                if guard is not None:
-                    guard.settle(held, paid)
-
-    async def sent(key: str, req: Request, params_json: str) -> float:
-        """Send ``req`` and record it; return what it cost."""
-        row: dict[str, Any] = {
-            "key": key,
-            "engine": engine.kind,
-            "model": engine.model_id,
-            "requested_by": engine.spec.name,
-            # {"params": ..., **payload}, from the encodings the key was made of
-            "request_json": f'{{"params":{params_json},{req.payload_json()[1:]}',
-            "stage": stage,
-        }
-        stats.sent += 1
-        note = None
-        try:
-            comp = split_reasoning(await engine.complete(req))
-            if is_empty(comp) and not engine.repeatable(req) and comp.reasoning:
-                # all reasoning and no answer: max_tokens ran out while thinking; asking again repeats it
-                stats.empty += 1
-                raise CallFailed(empty_error(comp))
-            if is_empty(comp) and not engine.repeatable(req):
-                for attempt in range(engine.spec.empty_retries):
-                    await asyncio.sleep(EMPTY_BACKOFF_S * 2**attempt)
-                    comp = split_reasoning(await engine.complete(req))
-                    if not is_empty(comp):
-                        break
-                if is_empty(comp):
-                    if engine.spec.empty_replies == "fail":
-                        stats.empty += 1
-                        raise CallFailed(empty_error(comp))
-                    note = (f"{KEPT_EMPTY} after {1 + engine.spec.empty_retries} tries; "
-                            f"{empty_error(comp).removesuffix('; retried on the next run')}")
-            if is_empty(comp):
-                stats.empty += 1
-        except CallFailed as err:
-            results[key] = None
-            stats.failed += 1
-            if len(stats.errors) < 20:
-                stats.errors.append(str(err))
-            writer.add({**row, "status": "error", "error": str(err)})
             cost = 0.0
-        else:
-            cost = call_cost(engine.spec, comp.tokens_in, comp.tokens_out)
-            results[key] = comp
-            stats.ok += 1
-            if is_truncated(comp):
-                stats.truncated += 1
-            stats.tokens_in += comp.tokens_in
-            stats.tokens_out += comp.tokens_out
-            writer.add(
-                {
-                    **row,
-                    "status": "ok",
-                    "error": note,
-                    "response_json": comp.model_dump_json(),
-                    "tokens_in": comp.tokens_in,
-                    "tokens_out": comp.tokens_out,
-                    "latency_s": comp.latency_s,
-                    "cost_usd": cost,
-                }
-            )
-        if advance is not None:
-            advance(1)
-        return cost
+            row: dict[str, Any] = {
+                "key": key,
+                "engine": engine.kind,
+                "model": engine.model_id,
+                "requested_by": engine.spec.name,
+                # {"params": ..., **payload}, from the encodings the key was made of
+                "request_json": f'{{"params":{params_json},{req.payload_json()[1:]}',
+                "stage": stage,
+            }
+            stats.sent += 1
+            note = None
+            try:
+                comp = split_reasoning(await engine.complete(req))
+                if is_empty(comp) and not engine.repeatable(req) and comp.reasoning:
+                    # all reasoning and no answer: max_tokens ran out while thinking; asking again repeats it
+                    stats.empty += 1
+                    raise CallFailed(empty_error(comp))
+                if is_empty(comp) and not engine.repeatable(req):
+                    for attempt in range(engine.spec.empty_retries):
+                        await asyncio.sleep(EMPTY_BACKOFF_S * 2**attempt)
+                        comp = split_reasoning(await engine.complete(req))
+                        if not is_empty(comp):
+                            break
+                    if is_empty(comp):
+                        if engine.spec.empty_replies == "fail":
+                            stats.empty += 1
+                            raise CallFailed(empty_error(comp))
+                        note = (f"{KEPT_EMPTY} after {1 + engine.spec.empty_retries} tries; "
+                                f"{empty_error(comp).removesuffix('; retried on the next run')}")
+                if is_empty(comp):
+                    stats.empty += 1
+            except CallFailed as err:
+                results[key] = None
+                stats.failed += 1
+                if len(stats.errors) < 20:
+                    stats.errors.append(str(err))
+                writer.add({**row, "status": "error", "error": str(err)})
+            else:
+                cost = call_cost(engine.spec, comp.tokens_in, comp.tokens_out)
+                results[key] = comp
+                stats.ok += 1
+                if is_truncated(comp):
+                    stats.truncated += 1
+                stats.tokens_in += comp.tokens_in
+                stats.tokens_out += comp.tokens_out
+                writer.add(
+                    {
+                        **row,
+                        "status": "ok",
+                        "error": note,
+                        "response_json": comp.model_dump_json(),
+                        "tokens_in": comp.tokens_in,
+                        "tokens_out": comp.tokens_out,
+                        "latency_s": comp.latency_s,
+                        "cost_usd": cost,
+                    }
+                )
+            if guard is not None:
+                guard.settle(held, cost)
+            if advance is not None:
+                advance(1)
 
     # The engine hears the list first: one that batches (llama.cpp) then batches by its order, not by timing.
     engine.expect([r for r, _ in todo.values()])
