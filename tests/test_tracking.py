@@ -14,7 +14,9 @@ from arena_learning.config import validate_config
 from arena_learning.errors import ArenaError
 from arena_learning.flywheel import train
 from arena_learning.flywheel.settings import SFTSettings, TrainingConfig
-from arena_learning.flywheel.tracking import check_tracker, tracker_env, tracking
+from arena_learning.flywheel.tracking import check_tracker, log_rounds, round_figures, tracker_env, tracking
+from arena_learning.flywheel_state import Delta, RoundRow
+from arena_learning.records import ExactAnswers
 
 from .test_flywheel_train import TARGET, TINY, sft_items
 
@@ -71,6 +73,24 @@ def test_trackers_are_pointed_at_the_workspace_offline_and_the_environment_is_pu
             with pytest.raises(ArenaError, match=f"pip install {package}"):
                 check_tracker(name)
     check_tracker("none")
+
+
+def test_the_round_table_is_logged_beside_the_losses_one_point_per_round(tmp_path):
+    pytest.importorskip("tensorboardX", reason="the tracking extra is not installed")
+    rows = [RoundRow(round=0, model="r0", rating=980.5, ci_low=970.0, ci_high=991.0, sft_examples=40, train_loss=1.25,
+                     delta_prev=Delta(vs="base", rating=47.4), exact=ExactAnswers(n=45, of=90),
+                     by_model={"r0.0-sft": {"teacher-a": 30, "teacher-b": 10}}),
+            RoundRow(round=1, model="r1", rating=1010.0, dpo_pairs=12, by_model={"r1.0-dpo": {"teacher-a": 12}})]
+    assert round_figures(rows[1]) == {"rating": 1010.0, "sft_examples": 0.0, "dpo_pairs": 12.0, "rm_pairs": 0.0,
+                                      "data/teacher-a": 12.0}
+    assert log_rounds("none", tmp_path, rows) is None and not (tmp_path / "tensorboard").exists()
+    for _ in range(2):  # a later evaluation rewrites the table: one point per round, never appended again
+        out = log_rounds("tensorboard", tmp_path, rows)
+    assert out == tmp_path / "tensorboard" / "rounds"
+    logged = scalars(out)
+    assert logged["round/rating"] == [980.5, 1010.0] and logged["round/delta_prev"] == [pytest.approx(47.4)]
+    assert logged["round/exact"] == [45.0] and logged["round/data/teacher-a"] == [30.0, 12.0]
+    assert logged["round/data/teacher-b"] == [10.0] and logged["round/train_loss"] == [1.25]
 
 
 @pytest.mark.slow

@@ -92,7 +92,7 @@ from .serving import (
 )
 from .settings import BASELINES, FlywheelConfig, SFTSettings
 from .slices import slice_prompts, slice_set
-from .tracking import TRACKING_DIR, check_tracker, tracking
+from .tracking import TRACKING_DIR, check_tracker, log_rounds, tracking
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
 TEST_SET = pipeline.TEST_SET
@@ -506,7 +506,9 @@ class Flywheel:
                 round_models.append((step.round, step.model, [recs[s.key] for s in step.stages]))
         if last_eval is None or pending:
             last_eval = self.evaluate(label, models)
-        return self.report(last_eval, round_models, list(recs.values()), time.perf_counter() - started)
+        rep = self.report(last_eval, round_models, list(recs.values()), time.perf_counter() - started)
+        log_rounds(self.cfg.training.report_to, self.store.root / TRACKING_DIR, rep.rounds)
+        return rep
 
     def evidence(self) -> Evidence | None:
         """Return the paired deltas, exact answers and verbosity of the test set's battles (None: nothing to rate)."""

@@ -395,9 +395,10 @@ class TrainingConfig(Section):
         "prompts, q4_k_m on 29/32")
     report_to: Literal["none", "tensorboard", "wandb", "mlflow"] = Field(
         "none", exclude_if=lambda v: v == "none", description="where each stage's trainer reports its losses, as a "
-        "run named by round and stage: tensorboard (event files in WORKSPACE/tracking/tensorboard; the tensorboard "
-        "or tensorboardX package), wandb (offline mode, WORKSPACE/tracking; `wandb sync` uploads it) or mlflow (a "
-        "file store, WORKSPACE/tracking/mlruns); none of them goes on the network; none: losses.json only")
+        "run named by round and stage: tensorboard (event files in WORKSPACE/tracking/tensorboard, with the round "
+        "table as the run 'rounds'; the tensorboard or tensorboardX package), wandb (offline mode, "
+        "WORKSPACE/tracking; `wandb sync` uploads it) or mlflow (a file store, WORKSPACE/tracking/mlruns); none of "
+        "them goes on the network; none: losses.json only")
     serve_quantize: Literal["f16", "q4_k_m", "f32"] = Field(
         "f16", exclude_if=lambda v: v == "f16", description="serve_as llamacpp: the GGUF's tensor type: f16 "
         "(answers as transformers float32 does, 540 MB), q4_k_m (llama.cpp's quantizer, the bundled file's type, "
