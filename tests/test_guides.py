@@ -147,6 +147,8 @@ def test_rate_endpoints_is_planned_with_its_cost(tmp_path, monkeypatch):
     judge = calls["judge", "gpt-4o-arena-hard"]
     assert judge["calls"] == 2 * 4 * 2  # two models against the baseline, four prompts, both orders
     assert judge["cost"] > 0  # priced from price_in / price_out
+    assert judge["cost_batch"] == pytest.approx(judge["cost"] / 2, abs=1e-6)  # the Batch API's price: half
+    assert plan["totals"]["cost_batch"] == pytest.approx(plan["totals"]["cost"] / 2, abs=1e-6)
 
 
 SERVE = """
