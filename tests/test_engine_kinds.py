@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "arena_learning"
 
 def test_every_registered_kind_names_its_class_and_the_class_keys_the_ledger_by_that_name():
     # the class's ``kind`` enters every ledger key: a registry name that differed would orphan the ledger
-    assert list(ENGINE_KINDS) == ["llamacpp", "openai", "imported", "transformers", "vllm"]
+    assert list(ENGINE_KINDS) == ["llamacpp", "openai", "anthropic", "imported", "transformers", "vllm"]
     for name, kind in ENGINE_KINDS.items():
         cls = kind.engine_class()
         assert cls.kind == name, (name, cls)
@@ -39,14 +39,15 @@ def test_a_config_naming_an_unknown_engine_lists_the_registered_ones():
     with pytest.raises(ConfigError) as err:
         validate_config(data, RunConfig, "run.yaml")
     msg = str(err.value)
-    assert "run.yaml" in msg and "'llama.cpp'" in msg and "llamacpp, openai, imported, transformers, vllm" in msg
+    assert "run.yaml" in msg and "'llama.cpp'" in msg
+    assert "llamacpp, openai, anthropic, imported, transformers, vllm" in msg
     with pytest.raises(ConfigError, match="unknown engine 'gguf'"):
         engine_kind("gguf")
 
 
 def test_the_engine_field_documents_every_registered_kind():
     help_text = ModelSpec.model_fields["engine"].description or ""
-    assert help_text.startswith("llamacpp (in-process GGUF), openai (any OpenAI-compatible endpoint), imported (")
+    assert help_text.startswith("llamacpp (in-process GGUF), openai (any OpenAI-compatible endpoint), anthropic (")
     assert help_text.endswith(" or vllm (in-process vLLM offline batches; needs a GPU)")
     assert all(f"{k.name} ({k.summary})" in help_text for k in ENGINE_KINDS.values())
 
@@ -59,7 +60,7 @@ def test_local_weights_are_resolved_by_the_kind_and_endpoints_have_none(tmp_path
         ENGINE_KINDS["llamacpp"].weights_path(str(tmp_path / "missing.gguf"))
     (tmp_path / "config.json").write_text("{}")
     assert ENGINE_KINDS["transformers"].weights_path(str(tmp_path)) == tmp_path
-    for name in ("openai", "imported", "vllm"):
+    for name in ("openai", "anthropic", "imported", "vllm"):
         assert ENGINE_KINDS[name].weights_path(str(gguf)) is None
 
 

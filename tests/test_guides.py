@@ -22,7 +22,7 @@ import yaml
 from typer.testing import CliRunner
 
 from arena_learning.cli import app
-from arena_learning.config import JudgeConfig, ModelSpec, PromptsConfig, RunConfig, load_config_file
+from arena_learning.config import JudgeConfig, ModelSpec, PromptsConfig, RunConfig, SpendLimit, load_config_file
 from arena_learning.curate.settings import PoolConfig, TestsetConfig
 from arena_learning.flywheel.settings import FlywheelConfig, SliceSpec, TrainingConfig
 
@@ -88,6 +88,7 @@ SNIPPET_KEYS: dict[str, Any] = {
     "prompts": PromptsConfig.model_validate,
     "pool": lambda v: [SliceSpec.model_validate(s) for s in v.values()],
     "workspace": lambda v: isinstance(v, str) or pytest.fail(f"workspace {v!r} is not a path"),
+    "spend_limit": SpendLimit.model_validate,
 }
 
 
@@ -146,6 +147,8 @@ def test_rate_endpoints_is_planned_with_its_cost(tmp_path, monkeypatch):
     judge = calls["judge", "gpt-4o-arena-hard"]
     assert judge["calls"] == 2 * 4 * 2  # two models against the baseline, four prompts, both orders
     assert judge["cost"] > 0  # priced from price_in / price_out
+    assert judge["cost_batch"] == pytest.approx(judge["cost"] / 2, abs=1e-6)  # the Batch API's price: half
+    assert plan["totals"]["cost_batch"] == pytest.approx(plan["totals"]["cost"] / 2, abs=1e-6)
 
 
 SERVE = """

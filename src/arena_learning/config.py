@@ -267,19 +267,27 @@ class ModelSpec(Section):
     # openai-compatible
     base_url: str | list[str] | None = Field(None, description="openai: the endpoint's URL (.../v1), or a list of "
                                              "URLs that share the load (each request goes to the one with the fewest "
-                                             "in flight)")
-    api_key_env: str | None = Field(None, description="name of the environment variable that holds the API key")
+                                             "in flight); anthropic: the API's URL (default: Anthropic's own)")
+    api_key_env: str | None = Field(None, description="name of the environment variable that holds the API key "
+                                    "(anthropic: default ANTHROPIC_API_KEY)")
     revision: str | None = Field(
         None, description="the served weights' version (e.g. a checkpoint hash); it enters the ledger key, so "
         "changing it asks the endpoint again instead of reusing answers of the old weights"
     )
     concurrency: int = Field(16, ge=1, description="requests in flight per endpoint")
-    timeout_s: float = Field(120.0, gt=0, description="openai: seconds before a request is abandoned and retried")
-    max_retries: int = Field(6, ge=0, description="openai: retries of a request after 429, 5xx, a timeout or a "
-                             "connection error (exponential backoff with full jitter) before the call is recorded as "
-                             "failed")
+    timeout_s: float = Field(120.0, gt=0, description="openai, anthropic: seconds before a request is abandoned and "
+                             "retried")
+    max_retries: int = Field(6, ge=0, description="openai, anthropic: retries of a request after 429, 5xx, a timeout "
+                             "or a connection error (exponential backoff with full jitter) before the call is recorded "
+                             "as failed")
     price_in: float = Field(0.0, ge=0, description="price per 1M input tokens")
     price_out: float = Field(0.0, ge=0, description="price per 1M output tokens")
+    # exclude_if: written only when set, so identities and fingerprints of models without one stay as they were
+    price_batch: float | None = Field(
+        None, ge=0, le=1, exclude_if=lambda v: v is None, description="a batch call's price as a share of "
+        "price_in / price_out: OpenAI's Batch API and Anthropic's Message Batches charge half the synchronous "
+        "price, so the default is 0.5 for engines openai and anthropic (none for local engines); set it where a "
+        "provider's discount differs (arena plan and arena info price batch calls with it)")
     rpm: int | None = Field(None, ge=1, description="openai: requests per minute per endpoint (besides concurrency)")
     tpm: int | None = Field(
         None, ge=1, description="openai: tokens per minute per endpoint; a request counts its prompt (estimated) "
@@ -338,6 +346,9 @@ class ModelSpec(Section):
             raise ValueError(f"model {self.name!r}: llama.cpp's 'gemma' chat format drops system messages, so "
                              f"system_prompt would be lost; give a chat_template that places it (Gemma's own puts it "
                              f"in the first user turn)")
+        if self.engine == "anthropic" and (self.mode != "chat" or len(self.base_urls) > 1):
+            raise ValueError(f"model {self.name!r}: engine 'anthropic' takes chat messages (mode: chat) from one "
+                             f"base_url (default: Anthropic's API)")
         if self.engine != "openai" and endpoint_only:
             raise ValueError(f"model {self.name!r}: {', '.join(endpoint_only)} apply to engine 'openai' only "
                              f"(this model's engine is {self.engine!r}); remove them")
@@ -348,6 +359,11 @@ class ModelSpec(Section):
             raise ValueError(f"model {self.name!r}: vote samples the model k times, and engine {self.engine!r} "
                              f"has no model to ask (its answers are imported); remove vote")
         return self
+
+    @property
+    def batch_price(self) -> float | None:
+        """A batch call's price as a share of a synchronous one's (price_batch, else the engine's default)."""
+        return self.price_batch if self.price_batch is not None else self.engine_kind.batch_price
 
     @property
     def oracle(self) -> bool:
@@ -529,6 +545,13 @@ class AuditConfig(Section):
                 "max_flip": self.max_flip, "min_truncated_loss": self.min_truncated_loss}
 
 
+class SpendLimit(Section):
+    """The most a run may spend on model calls."""
+
+    usd: float = Field(gt=0, description="USD: the workspace's ledger spend (every run into it together) that no "
+                       "call may take the run past; each call counts at its max_tokens until its usage comes back")
+
+
 class RunConfig(Section):
     """One arena run: a test set, contestants, a judge, ratings."""
 
@@ -544,6 +567,9 @@ class RunConfig(Section):
     scale: ScaleConfig = Field(default_factory=ScaleConfig, description="where the model calls run (this process or "
                                "Ray engine actors)")
     audit: AuditConfig = Field(default_factory=AuditConfig, description="canaries that check an LLM judge")
+    spend_limit: SpendLimit | None = Field(
+        None, exclude_if=lambda v: v is None, description="stop before a model call would take the workspace's "
+        "spend past usd (not battles.budget, which counts battles); a rerun with a higher limit resumes")
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:

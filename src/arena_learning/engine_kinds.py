@@ -37,6 +37,9 @@ class EngineKind:
     weights: str | None = None
     """``module:function`` giving the local weights a spec's ``model`` names (their content is the
     model's identity in the flywheel); None: no local weights (an endpoint, an import, vLLM's own)."""
+    batch_price: float | None = None
+    """A batch call's price as a share of a synchronous one's, where the engine's hosted APIs sell batches
+    (``ModelSpec.price_batch``'s default); None: no batch price."""
 
     def engine_class(self) -> type[Engine]:
         """Return the Engine class of this kind (imports its module, loads no model)."""
@@ -58,7 +61,9 @@ def _resolve(ref: str) -> Any:  # a class or a function, by the registry's name
 
 ENGINE_KINDS: dict[str, EngineKind] = {k.name: k for k in (
     EngineKind("llamacpp", "in-process GGUF", "llamacpp:LlamaCppEngine", weights="bundled:resolve_model_path"),
-    EngineKind("openai", "any OpenAI-compatible endpoint", "openai_compat:OpenAIEngine"),
+    EngineKind("openai", "any OpenAI-compatible endpoint", "openai_compat:OpenAIEngine", batch_price=0.5),
+    EngineKind("anthropic", "Anthropic's Messages API; the anthropic extra", "anthropic_engine:AnthropicEngine",
+               batch_price=0.5),
     EngineKind("imported", "answers loaded with `arena import-answers`, no model to run", "imported:ImportedEngine",
                makes_calls=False),
     EngineKind("transformers", "in-process Hugging Face model folder, batched; what the flywheel trains",

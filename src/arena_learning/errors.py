@@ -11,3 +11,7 @@ class ConfigError(ArenaError):
 
 class EngineError(ArenaError):
     """An engine that cannot be built or reached (missing model file, unknown engine)."""
+
+
+class SpendLimitReached(ArenaError):
+    """A run stopped before a model call would have taken its spend past ``spend_limit.usd``."""

@@ -24,6 +24,7 @@ from .arena.schedule import AdaptiveScheduler, run_schedule, schedule_pairs
 from .config import JudgeConfig, ModelSpec, RunConfig, validate_config
 from .engines import build_engine
 from .engines.calls import CallStats
+from .engines.spend import spending
 from .errors import ArenaError
 from .progress import Track, tracking
 from .records import Answer, Battle, Judgment, Prompt, Rating
@@ -148,7 +149,7 @@ def stage_answer(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
             if fill_empty:
                 _fill_empty(store, spec.name, prompts, set_name)
 
-    with tracking(show_progress) as progress:
+    with spending(store, stage_name("answers", set_name), spend_limit(cfg)), tracking(show_progress) as progress:
         asyncio.run(go(progress if show_progress else None))
     # Kept for reports and for checking that a rerun sent only what the ledger lacked.
     store.set_meta(
@@ -157,6 +158,17 @@ def stage_answer(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
          for name, s in report.stats.items()},
     )
     return report
+
+
+def stage_name(stage: str, set_name: str) -> str:
+    """Return the ledger's name of ``stage`` on ``set_name``: the stage alone on the test set, else
+    ``stage/set`` (a flywheel slice)."""
+    return stage if set_name == TEST_SET else f"{stage}/{set_name}"
+
+
+def spend_limit(cfg: RunConfig) -> float | None:
+    """Return the USD the run may spend (its workspace's ledger, every run together), or None: no limit."""
+    return cfg.spend_limit.usd if cfg.spend_limit is not None else None
 
 
 def _fill_empty(store: Store, model: str, prompts: list[Prompt], set_name: str) -> None:
@@ -204,7 +216,7 @@ def stage_battle(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
 
     # One event loop and one session per judge engine for the whole stage: every batch, canaries included.
     with judge_session(judge) as run:
-        with tracking(show_progress) as track:
+        with spending(store, stage_name("battles", set_name), spend_limit(cfg)), tracking(show_progress) as track:
             progress = track if show_progress else None
 
             def judge_tasks(tasks: list[PairTask]) -> list[Judgment]:
@@ -219,8 +231,9 @@ def stage_battle(cfg: RunConfig, store: Store, *, prompts: list[Prompt], show_pr
         # Judgments of earlier runs (other models, prompts or judge settings) must not mix into audits.
         store.replace_judgments(judge_names, judgments, set_name)
         mine = [j for j in judgments if j.judge == cfg.judge.name]
-        canaries = _canaries(cfg, store, judge, run, judge_names, prompts, answers, mine, set_name) \
-            if cfg.audit.enabled(cfg.judge) else None
+        with spending(store, stage_name("canaries", set_name), spend_limit(cfg)):
+            canaries = _canaries(cfg, store, judge, run, judge_names, prompts, answers, mine, set_name) \
+                if cfg.audit.enabled(cfg.judge) else None
     costs = judge.call_stats()
     for name, judge_stats in costs.items():
         store.set_meta(f"judge_stats/{name}", judge_stats)

@@ -15,7 +15,8 @@ picks depends on the verdicts, so what the ledger holds of them is not known in 
 Tokens are estimated, not counted: characters / 4 of the text each call sends (the rendered
 completion prompt, or the chat messages), with answers not made yet as ``max_tokens`` each; output
 tokens are ``max_tokens`` per call, an upper bound. Cost is ``price_in`` / ``price_out`` per 1M tokens
-of each model, for the calls to send.
+of each model, for the calls to send; ``cost_batch`` is the same calls at the model's batch price
+(``price_batch``: half, for engines whose hosted APIs sell batches), None for an engine without one.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from .arena.schedule import schedule_pairs
 from .arena.vote import cost_note
 from .config import JudgeConfig, ModelSpec, RunConfig
 from .engines import build_engine
-from .engines.base import CallFailed, Completion, Engine, Request, render_completion_prompt
+from .engines.base import CallFailed, Completion, Engine, Request
 from .engines.calls import is_empty, request_key
+from .engines.spend import CHARS_PER_TOKEN, call_cost, estimate_tokens, request_chars
 from .errors import ArenaError
 from .records import Answer, Prompt
 from .store import Store
@@ -42,7 +44,6 @@ if TYPE_CHECKING:
     from .arena.llm_judges import JudgeSpec
     from .engines.speed import Timing
 
-CHARS_PER_TOKEN = 4
 TOKEN_METHOD = ("estimated: characters / 4 of the text each call sends (answers not made yet counted at "
                 "max_tokens); output at max_tokens per call (an upper bound)")
 
@@ -59,6 +60,7 @@ class PlanLine:
     tokens_in: int = 0  # estimated, of the calls to send
     tokens_out: int = 0  # at most, of the calls to send
     cost: float = 0.0  # of the calls to send
+    cost_batch: float | None = None  # of the calls to send at the batch price (None: its engine sells no batches)
     note: str = ""
     seconds: float | None = None  # predicted for the calls to send (None: not timed; ``timing`` says why)
     timing: str = ""  # how ``seconds`` was predicted, or why not
@@ -69,6 +71,7 @@ class PlanLine:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "to_send": self.to_send, "cost": round(self.cost, 6),
+                "cost_batch": None if self.cost_batch is None else round(self.cost_batch, 6),
                 "seconds": None if self.seconds is None else round(self.seconds, 1)}
 
 
@@ -85,6 +88,8 @@ class Plan:
         return {"calls": sum(x.calls for x in calls), "cached": sum(x.cached or 0 for x in calls),
                 "to_send": sum(x.to_send for x in calls), "tokens_in": sum(x.tokens_in for x in calls),
                 "tokens_out": sum(x.tokens_out for x in calls), "cost": round(sum(x.cost for x in calls), 6),
+                # every call that a batch API can take at its batch price, the others at theirs
+                "cost_batch": round(sum(x.cost if x.cost_batch is None else x.cost_batch for x in calls), 6),
                 "minutes": self.minutes()}
 
     def minutes(self) -> dict[str, Any]:
@@ -105,16 +110,16 @@ class Plan:
                 "totals": self.totals(), "notes": self.notes}
 
 
-def estimate_tokens(text_chars: int) -> int:
-    """Return the token estimate of ``text_chars`` characters (characters / 4, rounded up)."""
-    return math.ceil(text_chars / CHARS_PER_TOKEN)
-
-
 def cost(spec: ModelSpec | None, tokens_in: int, tokens_out: int) -> float:
     """Return the price of the tokens at ``spec``'s price_in / price_out per 1M tokens."""
-    if spec is None:
-        return 0.0
-    return (tokens_in * spec.price_in + tokens_out * spec.price_out) / 1e6
+    return 0.0 if spec is None else call_cost(spec, tokens_in, tokens_out)
+
+
+def price(line: PlanLine, spec: ModelSpec | None) -> None:
+    """Set ``line``'s cost of its tokens at ``spec``'s prices, synchronous and (where it has one) batch."""
+    line.cost = cost(spec, line.tokens_in, line.tokens_out)
+    factor = spec.batch_price if spec is not None else None
+    line.cost_batch = None if factor is None else line.cost * factor
 
 
 class LedgerView:
@@ -183,12 +188,6 @@ def _engine(spec: ModelSpec) -> tuple[Engine | None, str]:
         return build_engine(spec), ""
     except ArenaError as err:
         return None, f"ledger not checked: {err}"
-
-
-def _chars(spec: ModelSpec, messages: list[dict[str, str]]) -> int:
-    if spec.mode == "completion":
-        return len(render_completion_prompt(spec.prompt_format, messages))
-    return sum(len(m["content"]) + 4 * CHARS_PER_TOKEN for m in messages)  # ~4 tokens of template per message
 
 
 @dataclass
@@ -264,14 +263,14 @@ def plan_answers(spec: ModelSpec, prompts: Sequence[Prompt], ledger: LedgerView,
                 comp = pick(spec, p, replies[p.id], turn, sampled)  # type: ignore[arg-type]  # held: replies
                 replies[p.id].append(comp.text)  # type: ignore[union-attr]  # comp: held
                 continue
-            chars = _chars(spec, conversation(p, replies[p.id] or [filler] * turn, turn, spec.system_prompt))
+            chars = request_chars(spec, conversation(p, replies[p.id] or [filler] * turn, turn, spec.system_prompt))
             line.tokens_in += estimate_tokens(chars) * sum(c is None for c in sampled)
             if timer is not None and p not in held and not (fresh and turn == 0):
                 jobs += [(None, estimate_tokens(chars), spec.params.max_tokens)] * samples
             replies[p.id] = None
         turn += 1
     line.tokens_out = line.to_send * spec.params.max_tokens
-    line.cost = cost(spec, line.tokens_in, line.tokens_out)
+    price(line, spec)
     line.note = "; ".join(x for x in (why, cost_note(spec.vote) if spec.vote is not None else "") if x)
     _time(line, ledger, timer, timer_spec, spec, jobs)
     for p in prompts:
@@ -388,7 +387,7 @@ def _judge_lines(jcfg: JudgeConfig, prompts: Sequence[Prompt], pairs: Sequence[t
         if ledger.timing is not None:
             jobs = _jobs(judge.engine, [requests[i] for i in ledger.last_todo])  # type: ignore[union-attr]  # requests: judge known
     line.tokens_out = line.to_send * max_out
-    line.cost = cost(jcfg.model, line.tokens_in, line.tokens_out)
+    price(line, jcfg.model)
     _time(line, ledger, judge.engine if judge is not None else None, jcfg.model, jcfg.model, [*jobs, *unknown])
     if jcfg.retries:
         extra = f"up to {jcfg.retries} re-asks per verdict that does not parse come on top"
@@ -419,7 +418,7 @@ def _own_reference_line(jcfg: JudgeConfig, spec: Any, judge: Any, prompts: Seque
     assert jcfg.model is not None
     max_out = int({**jcfg.model.params.model_dump(), **spec.reference_sampling}["max_tokens"])
     line.tokens_out = line.to_send * max_out
-    line.cost = cost(jcfg.model, line.tokens_in, line.tokens_out)
+    price(line, jcfg.model)
     if judge is not None and unique and ledger.timing is not None:
         later_jobs = [(None, estimate_tokens(len(t) + len(spec.reference_system or "")), max_out)
                       for p in unique for t in p.turns[1:]]
@@ -460,9 +459,10 @@ def plan_battles(cfg: RunConfig, prompts: Sequence[Prompt], known: Known, ledger
         chars = (len(spec.system) + len(spec.template)) + 2 * answer_chars
         tin = round(calls * chars / CHARS_PER_TOKEN)
         lines.append(PlanLine(stage=stage, step="judge", model=jcfg.name, calls=calls, cached=None, tokens_in=tin,
-                              tokens_out=calls * max_out, cost=cost(jcfg.model, tin, calls * max_out),
+                              tokens_out=calls * max_out,
                               note=f"adaptive: at most {budget} battles of {round_robin}; what the ledger holds "
                               f"of them is known only as they are chosen"))
+        price(lines[-1], jcfg.model)
     return lines
 
 
@@ -470,8 +470,6 @@ def _canary_lines(cfg: RunConfig, prompts: Sequence[Prompt], games: int, judge_l
                   stage: str) -> list[PlanLine]:
     """Return the line of the canaries planted beside ``games`` (arena.canaries): at most ``audit.share`` of them,
     each costing what a game of the run costs (tokens and cost in proportion to the judge's lines)."""
-    import math
-
     if not cfg.audit.enabled(cfg.judge):
         return []
     per_kind = math.floor(cfg.audit.share * games / 4)
@@ -485,6 +483,8 @@ def _canary_lines(cfg: RunConfig, prompts: Sequence[Prompt], games: int, judge_l
                      tokens_in=round(sum(x.tokens_in for x in judge_lines) * ratio),
                      tokens_out=round(sum(x.tokens_out for x in judge_lines) * ratio),
                      cost=sum(x.cost for x in judge_lines) * ratio,
+                     cost_batch=(None if any(x.cost_batch is None for x in judge_lines)
+                                 else sum(x.cost_batch or 0.0 for x in judge_lines) * ratio),
                      seconds=(None if any(x.seconds is None for x in judge_lines)
                               else sum(x.seconds or 0.0 for x in judge_lines) * ratio),
                      note=f"at most: {4 * per_kind} canary games (null model, identical pairs, truncated copies), "

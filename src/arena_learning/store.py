@@ -37,10 +37,11 @@ from typing import Any, ClassVar
 from .errors import ArenaError
 from .records import Answer, Battle, Grade, Judgment, Prompt
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the tables below, kept in SQLite's ``user_version``. 0/1: release 0.1.0 (answers,
 judgments and battles keyed without a set); 2: keyed by set, ledger rows record who asked;
-3: single-answer grades stored once (``grades``; a version-2 workspace reads as one without)."""
+3: single-answer grades stored once (``grades``; a version-2 workspace reads as one without);
+4: ledger rows record their stage, batch flag and price (``CALL_COLUMNS``; older rows hold NULL)."""
 
 DEFAULT_SET = "test"
 """The set a run's test prompts are stored as; answers, judgments and battles default to it."""
@@ -60,7 +61,10 @@ CREATE TABLE IF NOT EXISTS calls (
     attempts INTEGER DEFAULT 1,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    requested_by TEXT              -- the contestant or judge (config name) that first asked
+    requested_by TEXT,             -- the contestant or judge (config name) that first asked
+    stage TEXT,                    -- the stage that asked (answers, battles, difficulty, ...)
+    batch INTEGER DEFAULT 0,       -- 1: answered through a batch API (priced at the batch price)
+    cost_usd REAL                  -- the call's price: its usage at the model's prices when it was made
 );
 CREATE TABLE IF NOT EXISTS prompts (
     set_name TEXT NOT NULL,
@@ -127,6 +131,10 @@ DROP TABLE judgments_v1;
 DROP TABLE battles_v1;
 ALTER TABLE calls ADD COLUMN requested_by TEXT;
 """
+
+
+CALL_COLUMNS = {"stage": "TEXT", "batch": "INTEGER DEFAULT 0", "cost_usd": "REAL"}
+"""Ledger columns added in schema 4: a version 1-3 workspace gains them (ALTER TABLE) when opened to write."""
 
 
 def grade_games(grades: Iterable[Grade]) -> list[Judgment]:
@@ -323,6 +331,9 @@ class Store:
         row = self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone()
         return row is not None
 
+    def _call_columns(self) -> set[str]:
+        return {r[1] for r in self.db.execute("PRAGMA table_info(calls)")}
+
     def _check_version(self, version: int) -> None:
         if version > SCHEMA_VERSION:
             self.db.close()
@@ -351,6 +362,10 @@ class Store:
                 for stmt in SCHEMA.split(";"):
                     if stmt.strip():
                         self.db.execute(stmt)
+            have = self._call_columns()
+            for column, decl in CALL_COLUMNS.items():
+                if column not in have:  # the column names and types are the literals above
+                    self.db.execute(f"ALTER TABLE calls ADD COLUMN {column} {decl}")
             self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self.db.execute("COMMIT")
         except sqlite3.Error as err:
@@ -416,19 +431,21 @@ class Store:
                 response = json.dumps(r["response"], ensure_ascii=False)
             return (r["key"], r["engine"], r["model"], request, response, r["status"], r.get("error"),
                     int(r.get("tokens_in", 0)), int(r.get("tokens_out", 0)), float(r.get("latency_s", 0.0)),
-                    now, now, r.get("requested_by"))
+                    now, now, r.get("requested_by"), r.get("stage"), int(bool(r.get("batch", False))),
+                    r.get("cost_usd"))
 
         with self._tx():
             # one executemany: the rows of a commit are the many results of one flush
             self.db.executemany(
                 """INSERT INTO calls (key, engine, model, request, response, status, error,
                                       tokens_in, tokens_out, latency_s, attempts, created_at, updated_at,
-                                      requested_by)
-                   VALUES (?,?,?,?,?,?,?,?,?,?,1,?,?,?)
+                                      requested_by, stage, batch, cost_usd)
+                   VALUES (?,?,?,?,?,?,?,?,?,?,1,?,?,?,?,?,?)
                    ON CONFLICT(key) DO UPDATE SET
                      response=excluded.response, status=excluded.status, error=excluded.error,
                      tokens_in=excluded.tokens_in, tokens_out=excluded.tokens_out,
-                     latency_s=excluded.latency_s, attempts=calls.attempts+1,
+                     latency_s=excluded.latency_s, attempts=calls.attempts+1, stage=excluded.stage,
+                     batch=excluded.batch, cost_usd=excluded.cost_usd,
                      updated_at=excluded.updated_at
                    WHERE calls.status != 'ok'""",
                 [values(r) for r in rows],
@@ -443,6 +460,25 @@ class Store:
         """
         with self._tx():
             self.db.executemany("UPDATE calls SET status='error', error=? WHERE key=? AND status='ok'", rows)
+
+    def spent_usd(self) -> float:
+        """Return what the ledger's successful calls cost, every run together (rows without a price count 0)."""
+        if "cost_usd" not in self._call_columns():  # a version 1-3 workspace opened read-only
+            return 0.0
+        return float(self.db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM calls WHERE status='ok'").fetchone()[0])
+
+    def spend_rows(self) -> list[dict[str, Any]]:
+        """Return the ledger's successful calls summed per (who asked, stage, batch): calls, tokens in and out,
+        USD (None where no row of the group has a price: calls recorded before schema 4)."""
+        have = self._call_columns()
+        stage = "stage" if "stage" in have else "NULL"  # a version 1-3 workspace opened read-only
+        batch = "COALESCE(batch, 0)" if "batch" in have else "0"
+        usd = "SUM(cost_usd)" if "cost_usd" in have else "NULL"
+        rows = self.db.execute(  # the column expressions are the literals above
+            f"SELECT COALESCE(requested_by, '?'), {stage}, {batch}, COUNT(*), SUM(tokens_in), SUM(tokens_out), {usd} "
+            f"FROM calls WHERE status='ok' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
+        return [{"model": who, "stage": st, "batch": bool(b), "calls": n, "tokens_in": int(tin or 0),
+                 "tokens_out": int(tout or 0), "usd": cost} for who, st, b, n, tin, tout, cost in rows]
 
     def call_counts(self) -> dict[str, int]:
         """Return the number of ledger rows by status."""

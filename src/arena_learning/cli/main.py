@@ -17,6 +17,7 @@ from .. import pipeline
 from ..arena.vote import ORACLE_CAPTION, ORACLE_MARK
 from ..config import ModelsFile, ModelSpec, RunConfig, load_config_file
 from ..engines.calls import CallStats
+from ..engines.spend import spend_summary
 from ..errors import ArenaError
 from ..records import Rating
 from ..scale import scaled
@@ -24,7 +25,7 @@ from ..store import Store
 from .consoles import print_manifest_line, stderr_console, stdout_console, write_csv_manifest
 from .errors import user_errors, write_report_or_warn
 from .options import LeaderboardOptions, ray_overrides
-from .tables import print_leaderboard
+from .tables import print_leaderboard, spend_table
 
 app = typer.Typer(
     help="Arena Learning: an offline machine-judged chatbot arena and the training-data flywheel on its battles.",
@@ -460,14 +461,15 @@ def info(workspace: Annotated[Path, typer.Argument(help="workspace directory")],
              "--example", help="trace the flywheel's training examples of this prompt id to their battles")] = None,
          ) -> None:
     """What a workspace holds: schema version, prompt sets, answers per set, battles per judge, ledger calls,
-    and each model's identity in the ledger (engine, file name and content hash, or endpoint model and revision).
+    each model's identity in the ledger (engine, file name and content hash, or endpoint model and revision),
+    and what its calls spent (calls, tokens, USD) per model, per stage and per judge.
     With --example PROMPT_ID: every example and pair the flywheel harvested from that prompt (stage, round,
     which model's answer, the selection rule) and the battles and judge games behind them."""
     if example is not None:
         _trace_example(workspace, example, json_out)
         return
     with Store(workspace, readonly=True) as store:
-        data = store.info()
+        data = {**store.info(), "spend": spend_summary(store.spend_rows())}
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
@@ -483,6 +485,8 @@ def info(workspace: Annotated[Path, typer.Argument(help="workspace directory")],
         table.add_row(f"model {who}", "\n".join(ids))
     table.add_row("writer", data["writer"] or "none")
     console.print(table)
+    if data["spend"]["calls"]:
+        console.print(spend_table(data["spend"]))
 
 
 @app.command()

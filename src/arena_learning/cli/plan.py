@@ -27,11 +27,12 @@ PLAN_HELP = (
     "call before running it: answer calls (prompts x models x turns), judge calls by schedule (both orders, per "
     "turn), how many of them the workspace's ledger already holds ('cached': a rerun costs nothing), tokens "
     "estimated from the prompts (characters / 4; outputs at max_tokens), cost from each model's price_in / "
-    "price_out, and minutes: each batched llama.cpp model's calls timed from rates measured on this machine "
+    "price_out (synchronous, and 'batch cost' at its price_batch for engines whose APIs sell batches), and "
+    "minutes: each batched llama.cpp model's calls timed from rates measured on this machine "
     "(--measure measures the config's models first, about 10-30 s each; they are kept in the cache's rates.json); "
     "for a flywheel, per round and stage, with the training each stage does. Reads the workspace if "
     "it exists; writes nothing there. --json prints {kind, tokens, lines: [{stage, step, model, calls, cached, "
-    "to_send, tokens_in, tokens_out, cost, seconds, timing, note}], totals (minutes per step), notes}."
+    "to_send, tokens_in, tokens_out, cost, cost_batch, seconds, timing, note}], totals (minutes per step), notes}."
 )
 
 
@@ -105,6 +106,10 @@ def _n(x: int | None) -> str:
     return "?" if x is None else f"{x:,}"
 
 
+def _usd(x: float) -> str:
+    return f"${x:.4f}" if x else "-"
+
+
 def _min(seconds: float | None) -> str:
     return "?" if seconds is None else f"{seconds / 60:.1f}"
 
@@ -113,21 +118,23 @@ def print_plan(plan: Plan, ws: Path) -> None:
     """Print the plan's lines and totals (stdout) and what it assumes."""
     t = Table(title=f"plan ({plan.kind}; workspace {ws})", title_justify="left", box=box.SIMPLE_HEAD,
               padding=(0, 1), pad_edge=False)
-    for col in ("stage", "step", "model", "calls", "cached", "to send", "tokens in", "tokens out <=", "cost", "min"):
+    for col in ("stage", "step", "model", "calls", "cached", "to send", "tokens in", "tokens out <=", "cost",
+                "batch cost", "min"):
         if col in ("stage", "step", "model"):  # long flywheel stage and model names fold, never cut off
             t.add_column(col, justify="left", overflow="fold")
         else:
             t.add_column(col, justify="right", no_wrap=True)
     for x in plan.lines:
         if x.step == "train":
-            t.add_row(x.stage, x.step, x.model, "", "", "", "", "", "", _min(x.seconds), style="dim")
+            t.add_row(x.stage, x.step, x.model, "", "", "", "", "", "", "", _min(x.seconds), style="dim")
             continue
         t.add_row(x.stage, x.step, x.model, _n(x.calls), _n(x.cached), _n(x.to_send), f"{x.tokens_in:,}",
-                  f"{x.tokens_out:,}", f"${x.cost:.4f}" if x.cost else "-", _min(x.seconds))
+                  f"{x.tokens_out:,}", _usd(x.cost), "-" if x.cost_batch is None else _usd(x.cost_batch),
+                  _min(x.seconds))
     tot = plan.totals()
     mins = tot["minutes"]
     t.add_row("total", "", "", f"{tot['calls']:,}", f"{tot['cached']:,}", f"{tot['to_send']:,}",
-              f"{tot['tokens_in']:,}", f"{tot['tokens_out']:,}", f"${tot['cost']:.4f}" if tot["cost"] else "-",
+              f"{tot['tokens_in']:,}", f"{tot['tokens_out']:,}", _usd(tot["cost"]), _usd(tot["cost_batch"]),
               f"{mins['total']:.1f}" + ("+" if mins["untimed"] else ""), style="bold")
     wide.print(t)
     from ..plan import TOKEN_METHOD
@@ -135,7 +142,10 @@ def print_plan(plan: Plan, ws: Path) -> None:
     steps = ", ".join(f"{k} {v:.1f}" for k, v in mins.items() if k not in ("total", "untimed"))
     minutes = [f"minutes: {mins['total']:.1f} in all ({steps})" + (
         f"; plus what is not timed ({mins['untimed']:,} calls or stages: '?' in the table)" if mins["untimed"] else "")]
-    notes = [f"tokens: {TOKEN_METHOD}", *minutes, *plan.notes,
+    cost = [f"cost: the calls to send at each model's price_in / price_out; batch cost: the same calls through a "
+            f"batch API at its price_batch (half, for engines openai and anthropic), '-' where the engine has none: "
+            f"${tot['cost']:.4f} synchronous, ${tot['cost_batch']:.4f} in batches"] if tot["cost"] else []
+    notes = [f"tokens: {TOKEN_METHOD}", *cost, *minutes, *plan.notes,
              *(f"{x.stage} {x.step} {x.model}: {x.note}" for x in plan.lines if x.note),
              *dict.fromkeys(f"minutes of {x.model}: {x.timing}" for x in plan.lines
                             if x.timing and (x.to_send or x.step == "train"))]

@@ -45,3 +45,28 @@ def print_leaderboard(ratings: Sequence[Rating], title: str = "leaderboard",
                       extra: Mapping[str, Mapping[str, float]] | None = None, caption: str | None = None) -> None:
     """Print the leaderboard table on stdout (results only; progress and warnings go to stderr)."""
     stdout_console().print(leaderboard_table(ratings, title, extra, caption))
+
+
+def spend_table(spend: Mapping[str, object]) -> Table:
+    """Return ``engines.spend.spend_summary``'s sums as one table: per model, per stage, per judge, in all."""
+    caption = "USD: each call's usage at its model's prices when it was made (batch calls at the batch price)"
+    if spend.get("unpriced"):
+        caption += f"; {spend['unpriced']} calls recorded before prices were kept count tokens only"
+    table = Table(title="spend", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+                  caption=caption, caption_justify="left")
+    table.add_column("per", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    for col in ("calls", "batch", "tok in", "tok out", "USD"):
+        table.add_column(col, justify="right", no_wrap=True)
+
+    def row(per: str, name: str, s: Mapping[str, float]) -> None:
+        table.add_row(per, name, str(s["calls"]), str(s["batch_calls"]), str(s["tokens_in"]), str(s["tokens_out"]),
+                      f"{s['usd']:.4f}")
+
+    for per, key in (("model", "by_model"), ("stage", "by_stage"), ("judge", "by_judge")):
+        groups = spend[key]
+        assert isinstance(groups, Mapping)
+        for name, sums in groups.items():
+            row(per, name, sums)
+    row("total", "", spend)  # type: ignore[arg-type]  # the summary's top level holds the total's sums
+    return table

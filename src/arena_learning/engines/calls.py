@@ -48,6 +48,7 @@ from ..progress import Track, tracking
 from ..store import Store, call_key_json, canonical_json
 from .base import CallFailed, Completion, Engine, Request
 from .reasoning import split_reasoning
+from .spend import call_cost, current_guard, current_stage, upper_bound
 
 
 @dataclass
@@ -226,12 +227,18 @@ async def arun_requests(
         store.demote_calls(demote)
 
     writer = _LedgerWriter(store)
+    stage = current_stage()
+    guard = current_guard()  # a spend limit: each call holds its upper bound while in flight
     # Bound the coroutines alive at once; the engine bounds what is on the wire.
     gate = asyncio.Semaphore(max(1, engine.in_flight))
     advance = progress(label, len(todo)) if progress is not None and todo else None
 
     async def one(key: str, req: Request, params_json: str) -> None:
         async with gate:
+            held = upper_bound(engine, req) if guard is not None else 0.0
+            if guard is not None and not guard.reserve(held):
+                return  # not sent: the stage stops at the limit (raised below, once the calls in flight are in)
+            cost = 0.0
             row: dict[str, Any] = {
                 "key": key,
                 "engine": engine.kind,
@@ -239,6 +246,7 @@ async def arun_requests(
                 "requested_by": engine.spec.name,
                 # {"params": ..., **payload}, from the encodings the key was made of
                 "request_json": f'{{"params":{params_json},{req.payload_json()[1:]}',
+                "stage": stage,
             }
             stats.sent += 1
             note = None
@@ -269,6 +277,7 @@ async def arun_requests(
                     stats.errors.append(str(err))
                 writer.add({**row, "status": "error", "error": str(err)})
             else:
+                cost = call_cost(engine.spec, comp.tokens_in, comp.tokens_out)
                 results[key] = comp
                 stats.ok += 1
                 if is_truncated(comp):
@@ -284,8 +293,11 @@ async def arun_requests(
                         "tokens_in": comp.tokens_in,
                         "tokens_out": comp.tokens_out,
                         "latency_s": comp.latency_s,
+                        "cost_usd": cost,
                     }
                 )
+            if guard is not None:
+                guard.settle(held, cost)
             if advance is not None:
                 advance(1)
 
@@ -301,6 +313,8 @@ async def arun_requests(
         await writer.close()
         if not engine.keep_open:
             await engine.aclose()
+    if guard is not None and guard.stopped:
+        raise guard.error()
     return [results.get(k) for k in keys]
 
 

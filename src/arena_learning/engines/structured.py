@@ -406,7 +406,10 @@ class TextJudge(Generic[T]):
         self.stats = self.rater.stats
 
     def __call__(self, texts: list[str]) -> list[T | None]:
-        rated = self.rater.rate(self.store, [self.messages(t) for t in texts], label=self.label,
-                                show_progress=self.show_progress)
+        from .spend import staged
+
+        with staged(self.rater.what.removesuffix(" judge")):  # the ledger's stage: difficulty, moderation
+            rated = self.rater.rate(self.store, [self.messages(t) for t in texts], label=self.label,
+                                    show_progress=self.show_progress)
         return [r.value if r.ok else None for r in rated]
 

@@ -92,6 +92,7 @@ from .serving import (
 )
 from .settings import BASELINES, FlywheelConfig, SFTSettings
 from .slices import slice_prompts, slice_set
+from .tracking import TRACKING_DIR, check_tracker, log_rounds, tracking
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
 TEST_SET = pipeline.TEST_SET
@@ -430,11 +431,18 @@ class Flywheel:
         settings: Any = self.cfg.training.settings(kind, changes)
         launch = self.cfg.training.launch
         spec = self.cfg.target
+        report_to = self.cfg.training.report_to
+        check_tracker(report_to)
+        tracked = self.store.root / TRACKING_DIR
+        run_name = folder.resolve().relative_to(self.root.resolve()).as_posix() \
+            if folder.resolve().is_relative_to(self.root.resolve()) else folder.name  # round-0/0-sft
         if launch.launcher == "inprocess":
             trainer: Callable[..., TrainSummary] = tk.trainer_fn()
-            if tk.on_prompts:
-                return trainer(base, prompts, folder, settings, spec=spec, reward_model=reward_model)
-            return trainer(base, items, folder, settings, spec=spec)
+            run = training.RunOptions(report_to=report_to, run_name=run_name)
+            with tracking(report_to, tracked, run_name, self.cfg.name):
+                if tk.on_prompts:
+                    return trainer(base, prompts, folder, settings, spec=spec, reward_model=reward_model, run=run)
+                return trainer(base, items, folder, settings, spec=spec, run=run)
         done_kind = tk.result_kind(settings)
         if (done := training.done_result(folder, done_kind)) is not None:
             return done
@@ -444,7 +452,9 @@ class Flywheel:
         job = StageJob(kind=kind, base=str(resolve_hf_folder(str(base))), stage=str(folder),
                        settings=settings.model_dump(mode="json"), target=spec,
                        reward_model=str(reward_model) if reward_model is not None else None,
-                       mixed_precision=launch.mixed_precision, cpu=launch.cpu)
+                       mixed_precision=launch.mixed_precision, cpu=launch.cpu, report_to=report_to,
+                       run_name=run_name, tracking_dir=str(tracked.resolve()),
+                       project=self.cfg.name)
         if tk.data is None:
             job.prompts = str(write_prompts(list(prompts), folder / "prompts.jsonl"))
         else:
@@ -496,7 +506,9 @@ class Flywheel:
                 round_models.append((step.round, step.model, [recs[s.key] for s in step.stages]))
         if last_eval is None or pending:
             last_eval = self.evaluate(label, models)
-        return self.report(last_eval, round_models, list(recs.values()), time.perf_counter() - started)
+        rep = self.report(last_eval, round_models, list(recs.values()), time.perf_counter() - started)
+        log_rounds(self.cfg.training.report_to, self.store.root / TRACKING_DIR, rep.rounds)
+        return rep
 
     def evidence(self) -> Evidence | None:
         """Return the paired deltas, exact answers and verbosity of the test set's battles (None: nothing to rate)."""

@@ -24,6 +24,7 @@ from ..config import (
     RunConfig,
     ScaleConfig,
     Section,
+    SpendLimit,
     TasksConfig,
     oracle_judge_error,
 )
@@ -392,6 +393,12 @@ class TrainingConfig(Section):
         "prompt_format and params, parallel = batch_size. Measured on 2 cores (docs/results.md): "
         "about 10x the tokens/s of transformers float32; f16 answers equal float32 transformers' on 32/32 test "
         "prompts, q4_k_m on 29/32")
+    report_to: Literal["none", "tensorboard", "wandb", "mlflow"] = Field(
+        "none", exclude_if=lambda v: v == "none", description="where each stage's trainer reports its losses, as a "
+        "run named by round and stage: tensorboard (event files in WORKSPACE/tracking/tensorboard, with the round "
+        "table as the run 'rounds'; the tensorboard or tensorboardX package), wandb (offline mode, "
+        "WORKSPACE/tracking; `wandb sync` uploads it) or mlflow (a file store, WORKSPACE/tracking/mlruns); none of "
+        "them goes on the network; none: losses.json only")
     serve_quantize: Literal["f16", "q4_k_m", "f32"] = Field(
         "f16", exclude_if=lambda v: v == "f16", description="serve_as llamacpp: the GGUF's tensor type: f16 "
         "(answers as transformers float32 does, 540 MB), q4_k_m (llama.cpp's quantizer, the bundled file's type, "
@@ -453,6 +460,9 @@ class FlywheelConfig(Section):
     scale: ScaleConfig = Field(default_factory=ScaleConfig, description="where the battles' model calls run (ray: "
                                "engine actors on a Ray cluster; a trained model's folder must be on storage every "
                                "node sees); training runs as training.launch says")
+    spend_limit: SpendLimit | None = Field(
+        None, exclude_if=lambda v: v is None, description="stop before a model call of the arena stages (answers, "
+        "battles) would take the workspace's spend past usd; a rerun with a higher limit resumes")
 
     @model_validator(mode="after")
     def _check(self) -> FlywheelConfig:
@@ -529,4 +539,5 @@ class FlywheelConfig(Section):
         ``rating``), test set and ratings, ``schedule``."""
         judge = self.rating_judge if rating else self.judge
         return RunConfig(name=self.name, models=list(models), judge=judge, tasks=self.tasks, prompts=self.prompts,
-                         ratings=self.ratings, battles=BattleConfig(schedule=schedule, target=target))
+                         ratings=self.ratings, battles=BattleConfig(schedule=schedule, target=target),
+                         spend_limit=self.spend_limit)

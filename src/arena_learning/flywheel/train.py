@@ -77,6 +77,8 @@ class RunOptions:
     mixed_precision: str = "no"  # no, bf16 or fp16
     cpu: bool = False
     launched: bool = False
+    report_to: str = "none"  # training.report_to: none, tensorboard, wandb or mlflow (flywheel.tracking)
+    run_name: str | None = None  # the tracked run's name: its round and stage
 
 
 # ---- rendering records as the target is asked ----------------------------------------
@@ -237,7 +239,8 @@ def _common_args(s: TrainSettings, work: Path, n_rows: int, run: RunOptions | No
         "bf16": run.mixed_precision == "bf16",
         "fp16": run.mixed_precision == "fp16",
         "activation_checkpointing": False,
-        "report_to": "none",
+        "report_to": run.report_to,
+        **({"run_name": run.run_name} if run.run_name is not None else {}),
         "dataloader_num_workers": 0,
         "use_cpu": run.cpu or not torch.cuda.is_available(),
         "disable_tqdm": False,

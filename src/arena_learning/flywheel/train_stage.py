@@ -25,6 +25,7 @@ from . import train as training
 from .export import read_items
 from .kinds import train_kind
 from .settings import DPOSettings, RLSettings, RMSettings, SFTSettings, TrainSettings
+from .tracking import tracking
 
 JOB_FILE = "job.json"
 SETTINGS: dict[str, type[TrainSettings]] = {"sft": SFTSettings, "dpo": DPOSettings, "rm": RMSettings, "rl": RLSettings}
@@ -43,6 +44,10 @@ class StageJob(Section):
     reward_model: str | None = Field(None, description="rl with reward: model: the reward model folder")
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     cpu: bool = False
+    report_to: Literal["none", "tensorboard", "wandb", "mlflow"] = "none"
+    run_name: str | None = Field(None, description="the tracked run's name (report_to), its round and stage")
+    tracking_dir: str | None = Field(None, description="the workspace's folder of tracked runs (report_to)")
+    project: str = Field("arena-flywheel", description="the tracked runs' project (W&B) or experiment (MLflow)")
 
 
 def write_job(job: StageJob, path: str | Path) -> Path:
@@ -75,7 +80,13 @@ def read_job(path: str | Path) -> StageJob:
 def run_job(job: StageJob) -> TrainSummary:
     """Train the stage ``job`` describes (on this rank); return what it did."""
     settings = validate_config(job.settings, SETTINGS[job.kind], f"the {job.kind} settings of {job.stage}")
-    run = training.RunOptions(mixed_precision=job.mixed_precision, cpu=job.cpu, launched=True)
+    run = training.RunOptions(mixed_precision=job.mixed_precision, cpu=job.cpu, launched=True,
+                              report_to=job.report_to, run_name=job.run_name)
+    with tracking(job.report_to, Path(job.tracking_dir) if job.tracking_dir else None, job.run_name, job.project):
+        return _train(job, settings, run)
+
+
+def _train(job: StageJob, settings: Any, run: training.RunOptions) -> TrainSummary:
     kw: dict[str, Any] = {"spec": job.target, "run": run}
     kind = train_kind(job.kind)
     if kind.on_prompts:
