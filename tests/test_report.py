@@ -67,8 +67,8 @@ def test_report_has_every_section_and_the_leaderboard_numbers(tmp_path):
     page = (tmp_path / "r.html").read_text()
     parsed = Collect()
     parsed.feed(page)
-    assert parsed.h2 == ["The run", "Leaderboard", "Style control", "Win rates", "By category and subset", "Judge",
-                         "Battles", "Tokens and cost"]
+    assert parsed.h2 == ["The run", "Leaderboard", "Style control", "Win rates", "By category and subset",
+                         "Strengths and weaknesses", "Judge", "Battles", "Tokens and cost"]
     # one script (the report's own, allowed by its hash); every other block is JSON data
     assert [a.get("type") for a in parsed.scripts].count(None) == 1
     assert all(a.get("type") in (None, "application/json") for a in parsed.scripts)

@@ -35,6 +35,7 @@ from ..records import Battle, ExactCount, Prompt, Rating
 from ..store import Store
 from .browser import BrowserData, build_browser, json_for_html
 from .charts import bars, ci_plot, esc, heatmap, line_chart, scatter
+from .strengths import strengths_html
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -220,6 +221,9 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
 
     # -- per category / subset
     sections.append(("groups", "By category and subset", _group_boards(cfg, ratings, battles, prompts)))
+    strengths = strengths_html(ratings, battles, prompts, bootstrap=min(r.bootstrap, GROUP_BOOTSTRAP), seed=r.seed)
+    if strengths:
+        sections.append(("strengths", "Strengths and weaknesses", strengths))
     scores = _scores_html(root, cfg)
     if scores:
         sections.append(("scores", "Scores (single-answer grading)", scores))
