@@ -244,7 +244,7 @@ def test_the_strengths_view_shows_every_model_by_category_and_a_click_shows_its_
     cells = pg.eval_on_selector_all("#strengths-table tbody tr", "trs => trs.map(tr => tr.cells.length)")
     assert cells == [1 + len(CATEGORIES)] * len(MODELS)
     for model, cat, battles in (("alpha", "math", 10 * 3), (HOSTILE_MODEL, "code", 11 * 3)):
-        column = f"#strengths-table td.sw[data-cat='{cat}']"
+        column = f"#strengths-table td.mg[data-cat='{cat}']"
         cell = pg.locator(column).nth(pg.eval_on_selector_all(column, "tds => tds.map(t => t.dataset.model)")
                                       .index(model))
         assert "Click: its battles" in cell.get_attribute("title")

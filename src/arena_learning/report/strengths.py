@@ -1,4 +1,5 @@
-"""The report's strengths and weaknesses: a model x category view of paired gaps, each cell a way into its battles.
+"""The report's strengths and weaknesses: a model x category view of paired gaps, each cell a way into its battles;
+and how a flywheel's aimed slices (``allocate: weakness``) spent their prompts on those gaps.
 
 Each model in turn is the target of ``rating.gaps.group_gaps``: per category, its rating minus that
 of the best other model of the overall board (every model resampled together over the category's
@@ -14,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 
 from ..errors import ArenaError
+from ..flywheel_state import FlywheelState
 from ..rating.gaps import GroupGap, group_gaps
 from ..records import Battle, Prompt, Rating
 from .charts import esc
@@ -37,7 +39,7 @@ def _colour(delta: float | None) -> str:
 def _cell(model: str, row: GroupGap | None) -> str:
     """Return one cell: the gap to the best other model, a mark beyond chance, a title with the figures."""
     if row is None:
-        return '<td class="sw-none">-</td>'
+        return '<td class="mg-none">-</td>'
     best, fld = row.best, row.field
     text = "-" if best is None else f"{best.delta:+.0f}"
     mark = MARKS.get(row.verdict, "")
@@ -49,7 +51,7 @@ def _cell(model: str, row: GroupGap | None) -> str:
         vs_field = "" if fld is None else f"; against the field {fld.delta:+.1f}"
         title = (f"{model} in {row.group}: {best.delta:+.1f}{ci} against {best.other}{p}{vs_field}; "
                  f"{row.prompts} prompts, {row.battles} battles. Click: its battles")
-    return (f'<td class="sw" tabindex="0" data-model="{esc(model)}" data-cat="{esc(row.group)}" '
+    return (f'<td class="mg" tabindex="0" data-model="{esc(model)}" data-cat="{esc(row.group)}" '
             f'style="background:{_colour(None if best is None else best.delta)}" title="{esc(title)}">'
             f'{esc(text)}{(" " + mark) if mark else ""}</td>')
 
@@ -81,3 +83,30 @@ def strengths_html(ratings: Sequence[Rating], battles: Sequence[Battle], prompts
             "<code>arena leaderboard WS --by category --target MODEL</code>.</p>")
     return (note + f'<div class="wide"><table id="strengths-table"><thead><tr><th class="l">model</th>{head}</tr>'
             f"</thead><tbody>{rows}</tbody></table></div>")
+
+
+def aimed_slices_html(state: FlywheelState) -> str:
+    """Return a table per aimed slice of the flywheel: per group its gap, verdict and prompts against uniform."""
+    out = []
+    for name, rec in state.slices.items():
+        a = rec.allocation
+        if a is None:
+            continue
+        rows = []
+        for g in a.groups:
+            ci = "-" if g.ci_low is None or g.ci_high is None else f"{g.ci_low:+.0f} .. {g.ci_high:+.0f}"
+            rows.append(f'<tr><td class="l">{esc(g.label or g.group)}</td>'
+                        f'<td style="background:{_colour(g.gap)}">{"-" if g.gap is None else f"{g.gap:+.1f}"}</td>'
+                        f"<td>{esc(ci)}</td><td>{esc(g.verdict or '-')}</td><td>{g.prompts}</td><td>{g.uniform}</td>"
+                        f"<td>{g.candidates}</td></tr>")
+        head = "".join(f"<th>{esc(h)}</th>" for h in (f"gap to {a.best or 'best reference'}", "95% CI",
+                                                       "beyond chance (Holm)", "prompts", "uniform", "candidates"))
+        out.append(f"<h4>Slice {esc(name)}: allocate: {esc(a.rule)}, drawn by {esc(a.stage)} for {esc(a.model)}</h4>"
+                   f'<p class="note">{esc(a.why)}.</p><table><thead><tr><th class="l">{esc(a.by)}</th>{head}</tr>'
+                   f"</thead><tbody>{''.join(rows)}</tbody></table>")
+    if not out:
+        return ""
+    return ('<h3>Aimed slices</h3><p class="note">How each slice drawn by <code>allocate</code> spent its prompts: '
+            "per group the model's gap to the best reference on the test set when the slice was drawn, and the "
+            "prompts it got against a uniform slice of the same size (each group at least half its uniform "
+            "share).</p>" + "".join(out))

@@ -224,7 +224,7 @@
     filter();
     byId("battles").scrollIntoView();
   }
-  Array.prototype.forEach.call(document.querySelectorAll("td.sw[data-model]"), function (td) {
+  Array.prototype.forEach.call(document.querySelectorAll("td.mg[data-model]"), function (td) {
     td.addEventListener("click", function () { showCell(td); });
     td.addEventListener("keydown", function (ev) { if (ev.key === "Enter") { showCell(td); } });
   });
