@@ -143,3 +143,39 @@ def test_the_runner_draws_an_aimed_slice_once_stores_it_and_records_why(tmp_path
         n_said = len(said)
         again.aim(steps[1])
         assert len(said) == n_said and [p.id for p in again._slices["D1"]] == [p.id for p in drawn]
+
+
+@pytest.mark.slow
+def test_an_aimed_round_after_a_trained_one_draws_its_slice_trains_and_resumes(trained_flywheel, tmp_path):
+    # The session's trained flywheel (one SFT round), copied, with a second round on an aimed D1: the real runner
+    # draws D1 from round 0's evaluation before D1's first answer, trains on it, and a rerun draws nothing again.
+    import json
+    import shutil
+
+    import yaml
+
+    from arena_learning.flywheel.slices import slice_set
+    from arena_learning.store import Store
+
+    from .conftest import arena, write_config
+
+    ws = tmp_path / "ws"
+    shutil.copytree(trained_flywheel.workspace, ws)
+    data = json.loads(json.dumps(trained_flywheel.config))
+    data["rounds"].append({"stages": [{"kind": "sft", "slice": "D1", "selection": "all", "allocate": "weakness"}]})
+    cfg = write_config(tmp_path / "aimed.yaml", yaml.safe_dump(data, sort_keys=False))
+    ran = arena("flywheel", cfg, "-w", ws, "--json")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    report = json.loads(ran.stdout)
+    alloc = report["slices"]["D1"]["allocation"]
+    assert alloc["stage"] == "r1.0-sft" and alloc["model"] == "student-r0-sft" and alloc["rule"] == "weakness"
+    assert sum(g["prompts"] for g in alloc["groups"]) == 5 == report["slices"]["D1"]["prompts"]
+    assert "slice D1 aimed at student-r0-sft's gaps" in ran.stderr
+    assert [r["model"] for r in report["rounds"]] == ["student-r0-sft", "student-r1-sft"]
+    with Store(ws, readonly=True) as store:
+        drawn = [p.id for p in store.get_prompts(slice_set("D1"))]
+        answered = {a.prompt_id for a in store.get_answers("student-r0-sft", slice_set("D1"))}
+    assert len(drawn) == 5 and answered == set(drawn)
+    again = arena("flywheel", cfg, "-w", ws, "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "aimed at" not in again.stderr and json.loads(again.stdout)["slices"]["D1"]["allocation"] == alloc

@@ -230,6 +230,9 @@ class _Walk:
         refs = list(cfg.references)
         test = pipeline.make_test_set(cfg.arena_config([cfg.target, *refs]), self.store)
         slices = {name: prompts for name, (prompts, _) in slice_prompts(cfg, test, self.store).items()}
+        if self.store is not None:  # an aimed slice drawn already is priced as it was drawn
+            drawn = cfg.aimed_slices() & set(self.store.prompt_sets())
+            slices.update({name: self.store.get_prompts(slice_set(name)) for name in drawn})
         current = base_model(cfg)
         self.find_base_export(current)
         if self.measure:
