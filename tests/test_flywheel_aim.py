@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -143,13 +144,22 @@ def test_the_runner_draws_an_aimed_slice_once_stores_it_and_records_why(tmp_path
         n_said = len(said)
         again.aim(steps[1])
         assert len(said) == n_said and [p.id for p in again._slices["D1"]] == [p.id for p in drawn]
+    # arena info says how the slice was spent
+    from typer.testing import CliRunner
+
+    from arena_learning.cli import app
+
+    info = CliRunner().invoke(app, ["info", str(tmp_path / "ws"), "--json"])
+    assert info.exit_code == 0, info.output
+    assert json.loads(info.stdout)["aimed_slices"]["D1"]["stage"] == "r1.0-sft"
+    table = CliRunner().invoke(app, ["info", str(tmp_path / "ws")], env={"COLUMNS": "300"})
+    assert "slice D1 (weakness)" in table.stdout and "unit_conversion" in table.stdout
 
 
 @pytest.mark.slow
 def test_an_aimed_round_after_a_trained_one_draws_its_slice_trains_and_resumes(trained_flywheel, tmp_path):
     # The session's trained flywheel (one SFT round), copied, with a second round on an aimed D1: the real runner
     # draws D1 from round 0's evaluation before D1's first answer, trains on it, and a rerun draws nothing again.
-    import json
     import shutil
 
     import yaml
