@@ -189,3 +189,17 @@ def test_an_aimed_round_after_a_trained_one_draws_its_slice_trains_and_resumes(t
     again = arena("flywheel", cfg, "-w", ws, "--json")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "aimed at" not in again.stderr and json.loads(again.stdout)["slices"]["D1"]["allocation"] == alloc
+
+
+def test_arena_plan_shows_the_rule_and_prices_an_aimed_slice_as_a_uniform_one():
+    from arena_learning.flywheel.plan import plan_flywheel
+
+    plain_rounds = [*FLYWHEEL["rounds"], {"stages": [{"kind": "sft", "slice": "D1"}]}]
+    aimed_rounds = [*FLYWHEEL["rounds"], {"stages": [{"kind": "sft", "slice": "D1", "allocate": "weakness"}]}]
+    plain = plan_flywheel(validate_config({**FLYWHEEL, "rounds": plain_rounds}, FlywheelConfig, "plain"), None)
+    aimed = plan_flywheel(validate_config({**FLYWHEEL, "rounds": aimed_rounds}, FlywheelConfig, "aimed"), None)
+    assert [(x.stage, x.step, x.model, x.calls) for x in aimed.lines] == [
+        (x.stage, x.step, x.model, x.calls) for x in plain.lines]
+    (note,) = [n for n in aimed.notes if "allocate" in n]
+    assert note.startswith("slice D1: allocate: weakness: drawn when stage r1.0 starts: its 5 prompts")
+    assert not [n for n in plain.notes if "allocate" in n]
