@@ -108,6 +108,22 @@ def measure(report: dict[str, Any], ws: Path, draw: int, minutes: float) -> Draw
     return out
 
 
+def run_flywheel(config: str, ws: Path, sets: list[str], what: str) -> tuple[dict[str, Any], float]:
+    """Run ``arena flywheel CONFIG -w WS --json --set ...`` in a process of its own; return its report and minutes.
+
+    In one process, the llama.cpp contexts a run leaves behind can batch a later run's requests otherwise (see
+    docs/results.md, the four draws). A failed run stops the benchmark, naming ``what`` and the workspace (which
+    resumes)."""
+    cmd = [sys.executable, "-m", "arena_learning", "flywheel", config, "-w", str(ws), "--json",
+           *(x for kv in sets for x in ("--set", kv))]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{what}: arena flywheel exited with {done.returncode} (its log is above; the workspace "
+                         f"{ws} resumes)")
+    return json.loads(done.stdout), (time.perf_counter() - started) / 60
+
+
 def _ci(lo: float | None, hi: float | None) -> str:
     return "" if lo is None or hi is None else f" [{lo:+.0f}, {hi:+.0f}]"
 
@@ -134,16 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     results: list[DrawResult] = []
     for d in draws:
         ws = root / f"draw-{d}"
-        # Each draw is the user's own command in a process of its own: in one process, the llama.cpp
-        # contexts a run leaves behind can batch a later run's requests otherwise (see docs/results.md, the four draws).
-        cmd = [sys.executable, "-m", "arena_learning", "flywheel", args.config, "-w", str(ws), "--json",
-               *(x for kv in [*sets, *draw_sets(base, d)] for x in ("--set", kv))]
-        started = time.perf_counter()
-        done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"draw {d}: arena flywheel exited with {done.returncode} (its log is above; the "
-                             f"workspace {ws} resumes)")
-        results.append(measure(json.loads(done.stdout), ws, d, (time.perf_counter() - started) / 60))
+        report, minutes = run_flywheel(args.config, ws, [*sets, *draw_sets(base, d)], f"draw {d}")
+        results.append(measure(report, ws, d, minutes))
         print(f"[bench] draw {d}: {results[-1].minutes:.1f} min, workspace {ws}", flush=True)
 
     print(f"\n{'draw':>4}  {'paired delta of each round to the one before [95% CI]':60} {'exact per round':26} "

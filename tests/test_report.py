@@ -67,8 +67,8 @@ def test_report_has_every_section_and_the_leaderboard_numbers(tmp_path):
     page = (tmp_path / "r.html").read_text()
     parsed = Collect()
     parsed.feed(page)
-    assert parsed.h2 == ["The run", "Leaderboard", "Style control", "Win rates", "By category and subset", "Judge",
-                         "Battles", "Tokens and cost"]
+    assert parsed.h2 == ["The run", "Leaderboard", "Style control", "Win rates", "By category and subset",
+                         "Strengths and weaknesses", "Judge", "Battles", "Tokens and cost"]
     # one script (the report's own, allowed by its hash); every other block is JSON data
     assert [a.get("type") for a in parsed.scripts].count(None) == 1
     assert all(a.get("type") in (None, "application/json") for a in parsed.scripts)
@@ -114,6 +114,12 @@ def test_categories_clusters_and_flywheel_rounds_when_the_workspace_has_them(tmp
     (fw / "state.json").write_text(json.dumps({
         "stages": {"r0.0-sft": {"key": "r0.0-sft", "round": 0, "kind": "sft", "status": "done",
                                 "by_model": {"ref-<i>a</i>": 12, "ref-b": 3}, "train_loss": 0.7}},
+        "slices": {"D1": {"prompts": 20, "allocation": {
+            "by": "category", "stage": "r1.0-sft", "model": "student-r0-sft", "best": "ref-b", "floor": 5,
+            "basis": "x", "why": "1 of 2 groups behind ref-b", "groups": [
+                {"group": "<b>yes_no</b>", "prompts": 15, "uniform": 10, "candidates": 40, "gap": -150.0,
+                 "ci_low": -220.0, "ci_high": -80.0, "verdict": "behind"},
+                {"group": "dates", "prompts": 5, "uniform": 10, "candidates": 40, "gap": 20.0, "verdict": ""}]}}},
         "evaluations": [{"after": "start", "ratings": [{"model": "student", "rating": 980.0}]},
                         {"after": "round 0", "ratings": [{"model": "student-r0-sft", "rating": 1010.0}]}],
         "last_report": {"rounds": [{"round": 0, "model": "student-r0-sft", **rating, "sft_examples": 15,
@@ -134,6 +140,9 @@ def test_categories_clusters_and_flywheel_rounds_when_the_workspace_has_them(tmp
     assert "round 0: student-r0-sft" in joined and "1010.0" in joined
     # per category: one column per task category, each with its battle count
     assert "arithmetic (15)" in joined
+    # an aimed slice: how it spent its prompts, its groups' names escaped
+    assert "Slice D1: allocate: weakness, drawn by r1.0-sft for student-r0-sft" in joined
+    assert "&lt;b&gt;yes_no&lt;/b&gt;" in text and "<b>yes_no</b>" not in text and "-150.0" in joined
 
 
 def test_large_texts_go_to_sidecar_chunks_and_a_rewrite_drops_stale_ones(tmp_path):

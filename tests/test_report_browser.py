@@ -238,6 +238,22 @@ def test_the_charts_are_drawn(report, page):
     assert box["width"] > 300 and box["height"] > 50
 
 
+def test_the_strengths_view_shows_every_model_by_category_and_a_click_shows_its_battles(report, page):
+    path, _ = report
+    pg = page.open(path.as_uri())
+    cells = pg.eval_on_selector_all("#strengths-table tbody tr", "trs => trs.map(tr => tr.cells.length)")
+    assert cells == [1 + len(CATEGORIES)] * len(MODELS)
+    for model, cat, battles in (("alpha", "math", 10 * 3), (HOSTILE_MODEL, "code", 11 * 3)):
+        column = f"#strengths-table td.mg[data-cat='{cat}']"
+        cell = pg.locator(column).nth(pg.eval_on_selector_all(column, "tds => tds.map(t => t.dataset.model)")
+                                      .index(model))
+        assert "Click: its battles" in cell.get_attribute("title")
+        cell.click()
+        page.wait_count(battles)
+        assert pg.eval_on_selector("#bb-model1", "s => s.options[s.selectedIndex].text") == model
+    assert page.errors == []
+
+
 def test_the_battle_browser_filters_to_the_right_counts(report, page):
     path, expected = report
     pg = page.open(path.as_uri())

@@ -208,12 +208,49 @@ class Evaluation(Record):
     ratings: list[Rating] = Field(default_factory=list)
 
 
+class GroupShare(Record):
+    """One group of an aimed slice: the prompts it got, what a uniform slice would give it, and why."""
+
+    group: str
+    label: str | None = Field(None, description="a cluster's readable label")
+    prompts: int = Field(description="prompts drawn for it")
+    uniform: int = Field(description="what a uniform slice of the same size gives it")
+    candidates: int = Field(description="the pool's unused prompts of the group it could draw from")
+    gap: float | None = Field(None, description="the model's rating minus the best reference's on the group's test "
+                              "prompts (None: too few test prompts, or none)")
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict: str = Field("", description="behind / ahead beyond chance after Holm's correction, '' within chance, "
+                         "'too small', or 'not on the test set'")
+
+
+class Allocation(Record):
+    """How an aimed slice (``allocate: weakness``) spent its prompts, drawn once before its first answer."""
+
+    rule: str = "weakness"
+    by: str = Field(description="the groups: category or cluster")
+    stage: str = Field(description="the stage that drew it (the first on the slice)")
+    model: str = Field(description="the model whose gaps aimed it (the stage's start)")
+    best: str | None = Field(None, description="the best reference on the test set, whom the gaps are to")
+    floor: int = Field(description="the fewest prompts any group gets (half its uniform share)")
+    basis: str = Field(description="the fingerprint of the stage before: a change there draws the slice again")
+    why: str = Field(description="one line: how the prompts were spread")
+    groups: list[GroupShare] = Field(default_factory=list)
+
+    def line(self) -> str:
+        """Say the spend per group against uniform ("yes_no 31 (17), ...")."""
+        return ", ".join(f"{g.label or g.group} {g.prompts} ({g.uniform})" for g in self.groups)
+
+
 class SliceRecord(Record):
     prompts: int
     dropped_as_test: int = Field(0, description="prompts of a stored set left out as test prompts")
     dropped_near_test: dict[str, int] = Field(default_factory=dict, description="of them, near-copies of a prompt of "
                                               "a test set in the workspace, by reason (contaminated_minhash, "
                                               "contaminated_ngram, contaminated_embedding)")
+    # exclude_if: written only when set, so that the state of a run without aiming keeps its form
+    allocation: Allocation | None = Field(None, exclude_if=lambda v: v is None,
+                                          description="allocate: weakness: how the slice spent its prompts")
 
     def near_line(self) -> str:
         """Say the near-copies dropped by reason ("minhash 1, embedding 2"), or "-" when none was."""

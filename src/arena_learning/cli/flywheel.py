@@ -124,6 +124,7 @@ def print_report(report: FlywheelReport) -> None:
                 t.add_row(s.key, escape(" ".join(f"{k}={_setting(v)}" for k, v in s.sweep.items())))
         wide.print(t)
     print_slices(report)
+    print_allocations(report)
     t = Table(title="references", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for col in ("model", "rating", "95% CI"):
         t.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
@@ -170,6 +171,25 @@ def print_slices(report: FlywheelReport) -> None:
         t.add_row(name, str(rec.prompts), str(rec.dropped_as_test), rec.near_line(),
                   ", ".join(s.key for s in report.stages if s.slice == name) or "-")
     wide.print(t)
+
+
+def print_allocations(report: FlywheelReport) -> None:
+    """Print how each aimed slice (allocate: weakness) spent its prompts per group, against a uniform slice, and
+    the gap to the best reference that aimed it."""
+    for name, raw in report.slices.items():
+        alloc = SliceRecord.model_validate(raw).allocation
+        if alloc is None:
+            continue
+        t = Table(title=f"slice {name}, allocate: {alloc.rule}, drawn by {alloc.stage} for {alloc.model}: "
+                  f"{alloc.why}", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+        for col in (alloc.by, f"gap to {alloc.best or 'best reference'}", "95% CI", "beyond chance (Holm)",
+                    "prompts", "uniform", "candidates"):
+            t.add_column(col, justify="left" if col == alloc.by else "right", no_wrap=True)
+        for g in alloc.groups:
+            ci = "-" if g.ci_low is None or g.ci_high is None else f"[{g.ci_low:+.0f}, {g.ci_high:+.0f}]"
+            t.add_row(escape(g.label or g.group), "-" if g.gap is None else f"{g.gap:+.1f}", ci, g.verdict or "-",
+                      str(g.prompts), str(g.uniform), str(g.candidates))
+        wide.print(t)
 
 
 def print_evidence(report: FlywheelReport) -> None:

@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -19,6 +19,7 @@ from ..config import ModelsFile, ModelSpec, RunConfig, load_config_file
 from ..engines.calls import CallStats
 from ..engines.spend import spend_summary
 from ..errors import ArenaError
+from ..flywheel_state import Allocation
 from ..records import Rating
 from ..scale import scaled
 from ..store import Store
@@ -470,6 +471,7 @@ def info(workspace: Annotated[Path, typer.Argument(help="workspace directory")],
         return
     with Store(workspace, readonly=True) as store:
         data = {**store.info(), "spend": spend_summary(store.spend_rows())}
+    data.update(_aimed_slices(workspace))
     if json_out:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
@@ -484,9 +486,24 @@ def info(workspace: Annotated[Path, typer.Argument(help="workspace directory")],
     for who, ids in data["models"].items():
         table.add_row(f"model {who}", "\n".join(ids))
     table.add_row("writer", data["writer"] or "none")
+    for name, raw in data.get("aimed_slices", {}).items():
+        a = Allocation.model_validate(raw)
+        table.add_row(f"slice {name} ({a.rule})", escape(f"{a.why}; per {a.by}, prompts (uniform): {a.line()}"))
     console.print(table)
     if data["spend"]["calls"]:
         console.print(spend_table(data["spend"]))
+
+
+def _aimed_slices(workspace: Path) -> dict[str, Any]:
+    """Return ``{"aimed_slices": {slice: its allocation}}`` of the workspace's flywheel (empty: none aimed)."""
+    from ..flywheel_state import load_state, state_path
+
+    path = state_path(workspace)
+    if not path.is_file():
+        return {}
+    aimed = {name: rec.allocation.model_dump(mode="json") for name, rec in load_state(path).slices.items()
+             if rec.allocation is not None}
+    return {"aimed_slices": aimed} if aimed else {}
 
 
 @app.command()

@@ -43,7 +43,7 @@ from .serving import (
     template_gguf,
     yield_key,
 )
-from .settings import FlywheelConfig, TrainSettings
+from .settings import FlywheelConfig, TrainSettings, first_stage_on
 from .slices import slice_prompts, slice_set
 from .train import MODEL_DIR, stage_done
 
@@ -230,6 +230,9 @@ class _Walk:
         refs = list(cfg.references)
         test = pipeline.make_test_set(cfg.arena_config([cfg.target, *refs]), self.store)
         slices = {name: prompts for name, (prompts, _) in slice_prompts(cfg, test, self.store).items()}
+        if self.store is not None:  # an aimed slice drawn already is priced as it was drawn
+            drawn = cfg.aimed_slices() & set(self.store.prompt_sets())
+            slices.update({name: self.store.get_prompts(slice_set(name)) for name in drawn})
         current = base_model(cfg)
         self.find_base_export(current)
         if self.measure:
@@ -250,6 +253,8 @@ class _Walk:
         turns = sum(len(p.turns) for p in test)
         self.plan.notes.append(f"test set: {len(test)} prompts ({turns} user turns); slices: "
                                + ", ".join(f"{n} {len(p)}" for n, p in slices.items()))
+        for name in sorted(cfg.aimed_slices()):
+            self.plan.notes.append(aimed_note(cfg, name, len(slices[name])))
         if cfg.harvest.samples is not None:
             s = cfg.harvest.samples
             self.plan.notes.append(f"harvest.samples: the target answers each slice {s.k} more times (temperature "
@@ -259,6 +264,18 @@ class _Walk:
                                "are counted as new, and as cached when the same games are judged again")
         timing_notes(self.plan, self.ledger)
         return self.plan
+
+
+def aimed_note(cfg: FlywheelConfig, name: str, n: int) -> str:
+    """Say how the aimed slice ``name`` of ``n`` prompts is drawn (``allocate: weakness``; priced at its size)."""
+    r, i = first_stage_on(cfg, name)
+    rule = cfg.rounds[r].stages[i].allocate
+    groups = "categories" if cfg.pool[name].set is None else "categories (else clusters)"
+    how = (f"spread over the {groups} by how far the model is behind the best reference on the test set, each at "
+           "least half its uniform share" if rule == "weakness" else f"spread evenly over the {groups} (the control "
+           "arm of an aimed run)")
+    return (f"slice {name}: allocate: {rule}: drawn when stage r{r}.{i} starts: its {n} prompts {how} "
+            "(flywheel.aim); priced at its size")
 
 
 def plan_flywheel(cfg: FlywheelConfig, store: Store | None, *, timed: bool = False, measure: bool = False,

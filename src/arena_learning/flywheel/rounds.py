@@ -61,10 +61,12 @@ from ..flywheel_state import (
     save_state,
 )
 from ..rating.bt import RateOptions
+from ..rating.gaps import group_gaps
 from ..records import Prompt, Rating
 from ..scale.launch import LaunchError, check_launchable, launch_command, run_launch
 from ..store import Store
 from . import train as training
+from .aim import aim, group_by
 from .evidence import Evidence, gather
 from .export import export_items, read_items
 from .fingerprint import stage_fingerprint
@@ -90,7 +92,7 @@ from .serving import (
     template_gguf,
     yield_key,
 )
-from .settings import BASELINES, FlywheelConfig, SFTSettings
+from .settings import BASELINES, FlywheelConfig, SFTSettings, first_stage_on
 from .slices import slice_prompts, slice_set
 from .tracking import TRACKING_DIR, check_tracker, log_rounds, tracking
 from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
@@ -153,6 +155,8 @@ class Flywheel:
             self.baselines += [b for b in BASELINES if b in trained and b not in self.baselines]
         self.refs = list(cfg.references)
         self._slices: dict[str, list[Prompt]] = {}
+        self._candidates: dict[str, list[Prompt]] = {}  # aimed slices: what they are drawn from
+        self._sizes: dict[str, int] = {}
         self._test: list[Prompt] | None = None
         self.started_from: dict[str, str] = {}  # stage key -> the model it trained from (for its paired delta)
         self.worked = False  # whether this run answered for, harvested or trained a stage
@@ -173,11 +177,17 @@ class Flywheel:
     def make_slices(self) -> None:
         """Make every slice in pool order (disjoint, decontaminated) and store it as a prompt set."""
         near: dict[str, Counter[str]] = {}
-        for name, (prompts, dropped) in slice_prompts(self.cfg, self.test_prompts(), self.store, near).items():
+        made = slice_prompts(self.cfg, self.test_prompts(), self.store, near, self._candidates)
+        for name, (prompts, dropped) in made.items():
+            drawn = self.state.slices[name].allocation if name in self.state.slices else None
+            self._sizes[name] = len(prompts)
+            if name in self._candidates and drawn is not None:
+                prompts = self.store.get_prompts(slice_set(name))  # drawn before: a resume draws nothing again
+            elif name not in self._candidates:  # an aimed slice is stored when it is drawn (Flywheel.aim)
+                self.store.put_prompts(slice_set(name), prompts)
             self._slices[name] = prompts
-            self.store.put_prompts(slice_set(name), prompts)
             self.state.slices[name] = SliceRecord(prompts=len(prompts), dropped_as_test=dropped,
-                                                  dropped_near_test=dict(near.get(name, {})))
+                                                  dropped_near_test=dict(near.get(name, {})), allocation=drawn)
             if near.get(name):
                 self.say(f"[flywheel] slice {name}: {sum(near[name].values())} prompts dropped as near-copies of "
                          f"test prompts ({self.state.slices[name].near_line()}); they are never answered, harvested "
@@ -305,8 +315,44 @@ class Flywheel:
         # a selection baseline (but all) is cut to the size of its stage's harvest
         main = step.main
         size = main.examples if main is not None and step.baseline and variant != "all" else None
+        if variant is None:
+            self.aim(step)
         items = self.harvest_step(rec, step, size)
         return self.train_step(rec, step, items)
+
+    def aim(self, step: StageStep) -> None:
+        """Draw the aimed slice of ``step`` (``allocate: weakness``; ``flywheel.aim``) and store it, unless it was
+        drawn on the same basis before: only the first stage on the slice draws it, before its first answer."""
+        name = step.slice
+        if name not in self._candidates or first_stage_on(self.cfg, name) != (step.round, step.index):
+            return
+        basis = step.follows.fingerprint if step.follows is not None else "base"
+        rec = self.state.slices[name]
+        if rec.allocation is not None and rec.allocation.basis == basis:
+            return
+        model = step.start.name
+        gaps, why = None, ""
+        refs = {m.name for m in self.refs}
+        battles = [b for b in self.store.get_battles(self.cfg.rating_judge.name, TEST_SET)
+                   if {b.model_a, b.model_b} <= refs | {model}]
+        if not any(model in (b.model_a, b.model_b) for b in battles):
+            why = f"{model} has no battles on the test set yet (no evaluation before this stage)"
+        else:
+            by = group_by(self._candidates[name])
+            test = self.test_prompts()
+            try:
+                options = RateOptions(**self.cfg.ratings.model_dump())
+                gaps = group_gaps(battles, test, by, model, options, bootstrap=max(options.bootstrap, 100),
+                                  labels=pipeline.group_labels(test, by))
+            except ArenaError as err:
+                why = str(err)
+        prompts, alloc = aim(self._candidates[name], self._sizes[name], gaps, model=model, basis=basis,
+                             stage=step.key, rule=step.spec.allocate, why_none=why)
+        self.store.put_prompts(slice_set(name), prompts)
+        self._slices[name] = prompts
+        rec.prompts, rec.allocation = len(prompts), alloc
+        self._save_state()
+        self.say(f"[flywheel] slice {name} aimed at {model}'s gaps ({alloc.why}): {alloc.line()}")
 
     def harvest_step(self, rec: StageRecord, step: StageStep, size: int | None) -> list[Any]:
         """Return the stage's training data: its harvest (made now from the slice's battles, or read back), replay.

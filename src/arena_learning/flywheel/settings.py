@@ -237,6 +237,13 @@ class StageSpec(Section):
         "{setting: value} is a variant of the stage that trains on the stage's own data (and replay) from the "
         "same model with training.KIND's settings changed as given; each is rated in the same table "
         "(TARGET-rR-KIND-NAME, key rR.I-KIND-NAME, among the ablations) and does not continue into later rounds")
+    allocate: Literal["uniform", "weakness", "even"] = Field(
+        "uniform", exclude_if=lambda v: v == "uniform", description="how the stage's slice spends its prompts over "
+        "the groups (task-suite categories; a stored set's categories, else its clusters): uniform (as the slice "
+        "is made), or weakness: drawn when the stage starts, in proportion to how far the model it starts from is "
+        "behind the best reference per group on the test set (rating.gaps), each group at least half its uniform "
+        "share, the slice's size unchanged (flywheel.aim); even: drawn as weakness draws, from the same "
+        "candidates, but evenly (the control arm of an aimed run)")
 
     @model_validator(mode="after")
     def _sweep_names(self) -> StageSpec:
@@ -480,6 +487,7 @@ class FlywheelConfig(Section):
                                      f"({', '.join(self.pool)})")
                 for name in st.sweep:
                     self.training.settings(st.kind, st.sweep[name], where=f"rounds.{r}: stage {st.kind}, sweep {name}")
+                self._check_aim(r, st)
                 if stage_kind(st.kind).verified(self.training) and self.pool[st.slice].set is not None:
                     raise ValueError(f"rounds.{r}: an rl stage with reward 'verifier' needs task-suite prompts; slice "
                                      f"{st.slice!r} is a stored set (use reward: model)")
@@ -513,6 +521,25 @@ class FlywheelConfig(Section):
                                  f"training slices other seeds")
         return self
 
+    def aimed_slices(self) -> set[str]:
+        """Return the slices a stage draws by ``allocate: weakness`` (drawn when their first stage starts)."""
+        return {st.slice for rnd in self.rounds for st in rnd.stages if st.allocate != "uniform"}
+
+    def _check_aim(self, r: int, st: StageSpec) -> None:
+        """Refuse an aimed slice that some stage battles before it is drawn, or a stored one with no size."""
+        if st.slice not in self.aimed_slices():
+            return
+        r0, i0 = first_stage_on(self, st.slice)
+        first = self.rounds[r0].stages[i0]
+        if first.allocate == "uniform":
+            raise ValueError(f"rounds.{r0}: stage {first.kind} battles slice {st.slice!r} before a later stage "
+                             f"draws it by allocate: {st.allocate}; set allocate on the slice's first stage")
+        spec = self.pool[st.slice]
+        if st.allocate != "uniform" and spec.set is not None and spec.limit is None:
+            raise ValueError(f"rounds.{r}: stage {st.kind} draws slice {st.slice!r} by allocate: {st.allocate} "
+                             f"from the stored set {spec.set!r}: set pool.{st.slice}.limit (the slice's size; the "
+                             "rest of the set is what it draws from)")
+
     @staticmethod
     def slice_seed(pos: int, spec: SliceSpec) -> int:
         """Return the task-suite seed of the task slice ``spec``, at position ``pos`` of the pool."""
@@ -541,3 +568,8 @@ class FlywheelConfig(Section):
         return RunConfig(name=self.name, models=list(models), judge=judge, tasks=self.tasks, prompts=self.prompts,
                          ratings=self.ratings, battles=BattleConfig(schedule=schedule, target=target),
                          spend_limit=self.spend_limit)
+
+
+def first_stage_on(cfg: FlywheelConfig, name: str) -> tuple[int, int]:
+    """Return (round, index) of the first stage that battles the slice ``name`` (the one that draws an aimed one)."""
+    return next((r, i) for r, rnd in enumerate(cfg.rounds) for i, st in enumerate(rnd.stages) if st.slice == name)

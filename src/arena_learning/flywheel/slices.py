@@ -16,6 +16,7 @@ from ..errors import ArenaError
 from ..records import Prompt
 from ..store import Store
 from ..tasks import generate_tasks, suite_categories
+from .aim import draw, floor_of, groups_of, uniform
 from .settings import FlywheelConfig, SliceDecontam, SliceSpec
 
 TEST_SET = pipeline.TEST_SET
@@ -65,7 +66,8 @@ def test_sets(store: Store | None, test: Sequence[Prompt]) -> list[Prompt]:
 
 
 def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | None,
-                  near: dict[str, Counter[str]] | None = None) -> dict[str, tuple[list[Prompt], int]]:
+                  near: dict[str, Counter[str]] | None = None,
+                  candidates: dict[str, list[Prompt]] | None = None) -> dict[str, tuple[list[Prompt], int]]:
     """Return every slice of ``cfg``'s pool, in pool order: its prompts and how many were dropped as test prompts.
 
     Slices are disjoint and decontaminated: no test prompt, no few-shot example, no prompt of an
@@ -75,7 +77,12 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
     may come after the pool was built: what it drops is counted in ``near`` (slice -> reason -> n)
     and in the dropped count. Task-suite slices are exact-disjoint by construction; their items
     share templates by design, so near-copy tests do not apply to them.
+
+    A slice drawn by ``allocate: weakness`` (``cfg.aimed_slices()``) is drawn later, from its candidates
+    (``aimed_candidates``), which go into ``candidates``; what is returned for it is the uniform draw of its
+    size (what ``arena plan`` prices), and its candidates are kept out of every later slice.
     """
+    aimed = cfg.aimed_slices()
     tests = test_sets(store, test)
     banned = {_norm(t) for p in test for t in p.turns}
     banned |= {_norm(q) for q in pipeline.few_shot_questions([cfg.target, *cfg.references])}
@@ -99,17 +106,32 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
             prompts, why, _ = near_copies_dropped(prompts, tests, cfg.decontam, embed)
             if near is not None and why:
                 near[name] = why
+            pool = prompts
             if spec.limit is not None:
                 prompts = prompts[: spec.limit]
-            dropped = len(got) - len(prompts)
+            dropped = len(got) - len(prompts) if name not in aimed else len(got) - len(pool)
         else:
             # FlywheelConfig refuses a slice seed equal to tasks.seed
-            prompts, dropped = task_slice(spec, cfg.slice_seed(pos, spec), banned, cfg.tasks.suite), 0
-        overlap = [p.id for p in prompts if any(_norm(t) in banned for t in p.turns)]
+            seed = cfg.slice_seed(pos, spec)
+            pool = aimed_candidates(spec, seed, banned, cfg.tasks.suite) if name in aimed else []
+            prompts = (draw(pool, "category", uniform(spec.n, list(groups_of(pool, "category")))) if name in aimed
+                       else task_slice(spec, seed, banned, cfg.tasks.suite))
+            dropped = 0
+        overlap = [p.id for p in [*prompts, *pool] if any(_norm(t) in banned for t in p.turns)]
         assert not overlap, f"slice {name} overlaps the test set or few-shot examples: {overlap[:3]}"
-        banned |= {_norm(t) for p in prompts for t in p.turns}
+        banned |= {_norm(t) for p in (pool if name in aimed else prompts) for t in p.turns}
+        if name in aimed and candidates is not None:
+            candidates[name] = pool
         out[name] = (prompts, dropped)
     return out
+
+
+def aimed_candidates(spec: SliceSpec, seed: int, exclude: set[str], suite: int = 1) -> list[Prompt]:
+    """Return the task prompts an aimed slice of ``spec.n`` draws from: per category as many as the most any
+    category can get (``n`` less the floors of the others), made with the slice's seed, none in ``exclude``."""
+    k = len(spec.categories or suite_categories(suite))
+    most = spec.n - floor_of(spec.n, k) * (k - 1)
+    return task_slice(spec.model_copy(update={"n": most * k}), seed, exclude, suite)
 
 
 def near_copies_dropped(prompts: list[Prompt], tests: Sequence[Prompt], s: SliceDecontam,

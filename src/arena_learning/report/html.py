@@ -35,6 +35,7 @@ from ..records import Battle, ExactCount, Prompt, Rating
 from ..store import Store
 from .browser import BrowserData, build_browser, json_for_html
 from .charts import bars, ci_plot, esc, heatmap, line_chart, scatter
+from .strengths import aimed_slices_html, strengths_html
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -220,6 +221,9 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
 
     # -- per category / subset
     sections.append(("groups", "By category and subset", _group_boards(cfg, ratings, battles, prompts)))
+    strengths = strengths_html(ratings, battles, prompts, bootstrap=min(r.bootstrap, GROUP_BOOTSTRAP), seed=r.seed)
+    if strengths:
+        sections.append(("strengths", "Strengths and weaknesses", strengths))
     scores = _scores_html(root, cfg)
     if scores:
         sections.append(("scores", "Scores (single-answer grading)", scores))
@@ -533,6 +537,7 @@ def _flywheel_html(root: Path) -> str:
                           [[_e(name), str(rec.prompts), str(rec.dropped_as_test), _e(rec.near_line()),
                             _e(", ".join(st.key for st in state.stages.values() if st.slice == name) or "-")]
                            for name, rec in state.slices.items()], left=1))
+        out.append(aimed_slices_html(state))
     harvested = [(s.key, sorted(s.by_model.items())) for s in state.stages.values() if s.by_model]
     if harvested:
         out.append('<h3>Data harvested per reference model</h3><p class="note">Training examples (SFT: the '

@@ -211,6 +211,24 @@
     if (tr && tr.hasAttribute("data-row")) { showDetail(+tr.getAttribute("data-row")); }
   });
 
+  // ---- the strengths view: a cell shows the battles behind it (its model, its category)
+  function pick(sel, label) {
+    for (var k = 0; k < sel.options.length; k++) {
+      if (sel.options[k].text === label) { sel.value = sel.options[k].value; return; }
+    }
+  }
+  function showCell(td) {
+    pick(ui.m1, td.getAttribute("data-model"));
+    pick(ui.cat, td.getAttribute("data-cat"));
+    ui.m2.value = "-1"; ui.out.value = "any"; ui.flag.value = "-1"; ui.q.value = "";
+    filter();
+    byId("battles").scrollIntoView();
+  }
+  Array.prototype.forEach.call(document.querySelectorAll("td.mg[data-model]"), function (td) {
+    td.addEventListener("click", function () { showCell(td); });
+    td.addEventListener("keydown", function (ev) { if (ev.key === "Enter") { showCell(td); } });
+  });
+
   filter();
   window.arenaReport = { firstRenderMs: performance.now(), battles: N, show: showDetail, loadChunk: loadChunk };
   document.documentElement.setAttribute("data-ready", "1");
