@@ -473,6 +473,14 @@ def _agreement(name_x: str, name_y: str, pairs: Sequence[tuple[int, int]], only_
     )
 
 
+battle_key = _key
+"""Public name of ``_key``: the (prompt_id, lo, hi) key of a battle, models in name order."""
+oriented_code = _oriented
+"""Public name of ``_oriented``: an outcome named for model_a/model_b as a code within a battle key's pair."""
+agreement_of_codes = _agreement
+"""Public name of ``_agreement``: the Agreement of outcome code pairs (x, y)."""
+
+
 def _kappa(confusion: list[list[int]]) -> float | None:
     """Return Cohen's kappa of a 3 x 3 table made symmetric in the pair's two models.
 

@@ -1,0 +1,56 @@
+"""A workspace's votes and what can be voted on, read from its store."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..arena.audit import battle_key, battle_outcomes
+from ..records import Vote
+from ..store import DEFAULT_SET, Store
+from .quality import VoterFigures, VoterRule, voter_figures
+from .schedule import Pool, judge_disagreements
+from .votes import rated_votes
+
+
+@dataclass
+class WorkspaceVotes:
+    """A workspace's votes: all of them, each voter's figures, and those that rate (``rated``)."""
+
+    votes: list[Vote]
+    figures: list[VoterFigures]
+    rated: list[Vote]
+    left_out: list[str]
+
+
+def workspace_votes(workspace: str | Path, set_name: str | None = DEFAULT_SET, rule: VoterRule | None = None,
+                    keep_flagged: bool = False) -> WorkspaceVotes:
+    """Return the votes of a workspace (of ``set_name``; None: every set), flagged voters left out unless kept."""
+    with Store(workspace, readonly=True) as store:
+        votes = store.get_votes(set_name)
+    figures = voter_figures(votes, rule)
+    left_out = [] if keep_flagged else [f.voter for f in figures if f.flagged]
+    return WorkspaceVotes(votes, figures, rated_votes(votes, set(left_out)), left_out)
+
+
+def vote_pool(workspace: str | Path, set_name: str = DEFAULT_SET) -> Pool:
+    """Return what can be voted on in a workspace's set, with the battles where its LLM judges disagree."""
+    with Store(workspace, readonly=True) as store:
+        prompts = store.get_prompts(set_name)
+        answers = store.get_answers(set_name=set_name)
+        judgments = store.get_judgments(set_name=set_name)
+    by_judge: dict[str, list] = defaultdict(list)
+    for j in judgments:
+        if j.judge != "human":
+            by_judge[j.judge].append(j)
+    inconsistent = set()
+    for games in by_judge.values():  # one judge against itself: the two orders' verdicts differ
+        first: dict[tuple[str, str, str], set[int]] = defaultdict(set)
+        for g in games:
+            if g.status == "ok" and g.verdict is not None:
+                key = battle_key(g.prompt_id, g.model_a, g.model_b)
+                first[key].add({"model_a": 1, "tie": 0, "model_b": -1}[g.verdict] * (1 if g.model_a == key[1] else -1))
+        inconsistent |= {k for k, results in first.items() if len(results) > 1}
+    outcomes = {name: battle_outcomes(games) for name, games in by_judge.items()}
+    return Pool(set_name, prompts, answers, judge_disagreements(outcomes, inconsistent))

@@ -1,0 +1,145 @@
+"""Votes: the store keeps each vote once, the schedule's items and controls, each voter's figures and flags,
+votes as judge ``human`` on the board, and the audit against the workspace's votes equal to the audit against
+the same votes as a label file."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from arena_learning.arena.audit import audit_workspace
+from arena_learning.cli import app
+from arena_learning.people.quality import VoterRule, flagged_voters, voter_figures
+from arena_learning.people.schedule import EMPTY, Item, ScheduleOptions, next_item
+from arena_learning.people.votes import label_rows, rated_votes, voter_agreement
+from arena_learning.people.workspace import vote_pool, workspace_votes
+from arena_learning.records import Answer, Judgment, Prompt, Vote
+from arena_learning.store import Store
+
+MODELS = ["m0", "m1", "m2", "m3"]
+
+
+def build_workspace(root: Path, n_prompts: int = 12, models: list[str] = MODELS) -> None:
+    """Write prompts in two categories, every model's answer, and one LLM judge's games in both orders."""
+    with Store(root) as store:
+        store.put_prompts("test", [Prompt(id=f"p{k}", turns=[f"question {k}"], category="math" if k % 2 else "code")
+                                   for k in range(n_prompts)])
+        store.put_answers([Answer(prompt_id=f"p{k}", model=m, turns=[f"{m} says {k}"])
+                           for k in range(n_prompts) for m in models])
+        games = []
+        for k in range(n_prompts):
+            for a in models:
+                for b in models:
+                    if a < b:
+                        win = "model_a" if models.index(a) > models.index(b) else "model_b"
+                        games.append(Judgment(prompt_id=f"p{k}", model_a=a, model_b=b, judge="llm", verdict=win))
+                        games.append(Judgment(prompt_id=f"p{k}", model_a=b, model_b=a, judge="llm",
+                                              verdict="model_a" if k % 3 else "model_b"))
+        store.replace_judgments(["llm"], games)
+
+
+def vote(item: Item, verdict: str, voter: str, n: int, seconds: float = 8.0) -> Vote:
+    return Vote(vote_id=f"{voter}-{n:06d}", set_name=item.set_name, prompt_id=item.prompt_id, model_a=item.model_a,
+                model_b=item.model_b, verdict=verdict, voter=voter, shown_at=1000.0 + n, voted_at=1000.0 + n + seconds,
+                seconds=seconds, control=item.control)
+
+
+def honest(item: Item, rng: np.random.Generator, noise: float = 0.1) -> str:
+    """The better model by name number (m3 best), a uniformly random verdict with probability ``noise``."""
+    if rng.random() < noise:
+        return str(rng.choice(["a", "b", "tie", "both_bad"]))
+    if item.control == "identical":
+        return "tie"
+    if EMPTY in (item.model_a, item.model_b):
+        return "a" if item.model_b == EMPTY else "b"
+    return "a" if item.model_a > item.model_b else "b"
+
+
+def cast(root: Path, voter: str, n: int, choose, seed: int = 0, options: ScheduleOptions | None = None) -> list[Vote]:
+    pool = vote_pool(root)
+    rng = np.random.default_rng(seed)
+    with Store(root) as store:
+        for k in range(n):
+            item = next_item(pool, store.get_votes(), voter, options or ScheduleOptions(), rng)
+            assert item is not None
+            store.record_vote(vote(item, choose(item, rng), voter, k))
+        return store.get_votes()
+
+
+def test_a_vote_is_stored_once_and_undo_retracts_it(tmp_path):
+    build_workspace(tmp_path)
+    v = vote(Item("test", "p1", "m0", "m1"), "a", "ann", 1)
+    with Store(tmp_path) as store:
+        assert store.record_vote(v) is True
+        assert store.record_vote(v) is False  # the same vote sent again after a reload
+        assert store.get_votes() == [v]
+        assert store.retract_vote(v.vote_id, "bob") is False  # only its voter undoes it
+        assert store.retract_vote(v.vote_id, "ann") is True
+        assert store.get_votes() == [] and store.get_votes(retracted=True)[0].retracted
+
+
+def test_a_workspace_made_before_votes_gains_the_table_and_reads_empty(tmp_path):
+    build_workspace(tmp_path)
+    db = sqlite3.connect(tmp_path / "arena.db")
+    db.execute("DROP TABLE votes")
+    db.commit()
+    db.close()
+    with Store(tmp_path, readonly=True) as store:
+        assert store.get_votes() == []
+    with Store(tmp_path) as store:
+        store.record_vote(vote(Item("test", "p1", "m0", "m1"), "b", "ann", 1))
+        assert len(store.get_votes()) == 1
+
+
+def test_controls_come_once_per_block_and_real_items_are_never_repeated(tmp_path):
+    build_workspace(tmp_path)
+    votes = cast(tmp_path, "ann", 30, honest)
+    kinds = [v.control for v in votes]
+    assert sum(k is not None for k in kinds) == 6  # 20%: one in each block of five
+    assert all(sum(k is not None for k in kinds[b:b + 5]) == 1 for b in range(0, 30, 5))
+    assert "repeat" in kinds and "identical" in kinds and "empty" in kinds
+    real = [(v.prompt_id, *sorted((v.model_a, v.model_b))) for v in votes if v.control is None]
+    assert len(real) == len(set(real)) == 24
+    assert {v.model_a == v.model_b for v in votes if v.control == "identical"} == {True}
+    assert all(EMPTY in (v.model_a, v.model_b) for v in votes if v.control == "empty")
+    repeat = next(v for v in votes if v.control == "repeat")
+    first = next(v for v in votes if v.control is None and v.prompt_id == repeat.prompt_id
+                 and {v.model_a, v.model_b} == {repeat.model_a, repeat.model_b})
+    assert (first.model_a, first.model_b) == (repeat.model_b, repeat.model_a)  # the other order
+
+
+def test_a_random_clicker_is_flagged_and_an_honest_voter_is_not(tmp_path):
+    build_workspace(tmp_path)
+    cast(tmp_path, "honest", 30, honest, seed=1)
+    votes = cast(tmp_path, "clicker", 30, lambda item, rng: str(rng.choice(["a", "b", "tie", "both_bad"])), seed=2)
+    figures = {f.voter: f for f in voter_figures(votes)}
+    assert figures["honest"].controls == 5 and figures["honest"].repeats == 1
+    assert not figures["honest"].flagged and figures["clicker"].flagged
+    assert flagged_voters(votes) == {"clicker"}
+    assert figures["clicker"].reasons[0].startswith("failed ")
+    fast = [v.model_copy(update={"seconds": 0.5}) for v in votes if v.voter == "honest"]
+    assert voter_figures(fast, VoterRule())[0].reasons == ["30 of 30 votes under 2 s"]
+    rated = workspace_votes(tmp_path)
+    assert rated.left_out == ["clicker"] and {v.voter for v in rated.rated} == {"honest"}
+    assert all(v.control is None for v in rated.rated)
+
+
+def test_random_schedule_draws_unvoted_pairs(tmp_path):
+    build_workspace(tmp_path)
+    votes = cast(tmp_path, "ann", 20, honest, options=ScheduleOptions(mode="random", control_share=0))
+    real = {(v.prompt_id, *sorted((v.model_a, v.model_b))) for v in votes}
+    assert len(real) == 20 and all(v.control is None for v in votes)
+
+
+def test_voter_agreement_counts_two_people_on_one_pair():
+    a = vote(Item("test", "p1", "m0", "m1"), "a", "ann", 1)
+    b = vote(Item("test", "p1", "m1", "m0"), "b", "bob", 2)  # the same winner seen from the other side
+    c = vote(Item("test", "p1", "m0", "m1"), "tie", "cy", 3)
+    agreement = voter_agreement([a, b, c])
+    assert (agreement.n, agreement.agree) == (3, 1)
