@@ -10,15 +10,13 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
-import pytest
 from typer.testing import CliRunner
 
-from arena_learning.arena.audit import audit_workspace
 from arena_learning.cli import app
 from arena_learning.people.quality import VoterRule, flagged_voters, voter_figures
 from arena_learning.people.schedule import EMPTY, Item, ScheduleOptions, next_item
 from arena_learning.people.votes import label_rows, rated_votes, voter_agreement
-from arena_learning.people.workspace import vote_pool, workspace_votes
+from arena_learning.people.workspace import audit_with_votes, vote_pool, workspace_votes
 from arena_learning.records import Answer, Judgment, Prompt, Vote
 from arena_learning.store import Store
 
@@ -143,3 +141,48 @@ def test_voter_agreement_counts_two_people_on_one_pair():
     c = vote(Item("test", "p1", "m0", "m1"), "tie", "cy", 3)
     agreement = voter_agreement([a, b, c])
     assert (agreement.n, agreement.agree) == (3, 1)
+
+
+def test_human_board_rates_the_votes_with_intervals_and_leaves_flagged_voters_out(tmp_path):
+    build_workspace(tmp_path)
+    cast(tmp_path, "ann", 40, honest, seed=3)
+    cast(tmp_path, "clicker", 30, lambda item, rng: "a", seed=4)  # always left: fails the empty controls
+    runner = CliRunner()
+    out = runner.invoke(app, ["leaderboard", str(tmp_path), "--judge", "human", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.stdout)
+    assert [r["model"] for r in rows] == ["m3", "m2", "m1", "m0"]
+    assert all(r["ci_low"] <= r["rating"] <= r["ci_high"] for r in rows)
+    assert sum(r["battles"] for r in rows) == 2 * len(workspace_votes(tmp_path).rated)
+    kept = runner.invoke(app, ["leaderboard", str(tmp_path), "--judge", "human", "--json", "--keep-flagged"])
+    assert sum(r["battles"] for r in json.loads(kept.stdout)) > sum(r["battles"] for r in rows)
+    table = runner.invoke(app, ["leaderboard", str(tmp_path), "--judge", "human"])
+    assert "left out, flagged: clicker" in table.output
+    bad = runner.invoke(app, ["leaderboard", str(tmp_path), "--keep-flagged"])
+    assert bad.exit_code == 2 and "--judge human" in bad.output
+
+
+def test_audit_against_the_votes_equals_the_audit_against_them_as_a_label_file(tmp_path):
+    build_workspace(tmp_path)
+    cast(tmp_path, "ann", 30, honest, seed=5)
+    cast(tmp_path, "bob", 30, lambda item, rng: honest(item, rng, noise=0.3), seed=6)
+    found = workspace_votes(tmp_path)
+    labels = tmp_path / "labels.csv"
+    with labels.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, ["prompt_id", "model_a", "model_b", "winner", "voter"])
+        writer.writeheader()
+        writer.writerows(label_rows(found.rated))
+    from_votes = audit_with_votes(tmp_path)
+    from_file = audit_with_votes(tmp_path, human=labels)
+    assert from_votes.human_agreement == from_file.human_agreement
+    assert from_votes.human_agreement[0].n == len(rated_votes(found.votes)) > 40
+    assert [v.voter for v in from_votes.voters] == ["ann", "bob"] and from_file.voters == []
+    out = CliRunner().invoke(app, ["judge-audit", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "agreement with human labels" in out.output and "voters" in out.output
+
+
+def test_no_votes_is_a_clear_error(tmp_path):
+    build_workspace(tmp_path)
+    out = CliRunner().invoke(app, ["leaderboard", str(tmp_path), "--judge", "human"])
+    assert out.exit_code == 2 and "arena vote" in out.output

@@ -612,9 +612,10 @@ class Store:
         """Return the votes (of ``set_name``), in the order cast; retracted ones only when asked."""
         if not self._has_table("votes"):  # a workspace made before the vote page, opened read-only
             return []
-        sql, args = f"SELECT {', '.join(VOTE_COLUMNS)} FROM votes WHERE (retracted=0 OR ?)", [retracted]
+        args: list[object] = [int(retracted)]
+        sql = f"SELECT {', '.join(VOTE_COLUMNS)} FROM votes WHERE (retracted=0 OR ?)"
         if set_name is not None:
-            sql, args = sql + " AND set_name=?", [retracted, set_name]
+            sql, args = sql + " AND set_name=?", [*args, set_name]
         rows = self.db.execute(sql + " ORDER BY voted_at, rowid", args)
         return [Vote(**dict(zip(VOTE_COLUMNS, r))) for r in rows]
 

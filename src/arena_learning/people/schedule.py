@@ -78,7 +78,8 @@ class Pool:
         self.set_name = set_name
         self.prompts = {p.id: p for p in prompts}
         self.answers: dict[tuple[str, str], Answer] = {
-            (a.prompt_id, a.model): a for a in answers if a.prompt_id in self.prompts and any(t.strip() for t in a.turns)}
+            (a.prompt_id, a.model): a for a in answers
+            if a.prompt_id in self.prompts and any(t.strip() for t in a.turns)}
         self.models = sorted({m for _, m in self.answers})
         by_prompt: dict[str, list[int]] = {}
         index = {m: k for k, m in enumerate(self.models)}

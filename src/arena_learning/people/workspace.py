@@ -6,12 +6,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..arena.audit import battle_key, battle_outcomes
-from ..records import Vote
+from ..arena.audit import HumanLabels, WorkspaceAudit, audit_workspace, battle_key, battle_outcomes
+from ..errors import ArenaError
+from ..records import Battle, Vote
 from ..store import DEFAULT_SET, Store
 from .quality import VoterFigures, VoterRule, voter_figures
 from .schedule import Pool, judge_disagreements
-from .votes import rated_votes
+from .votes import rated_votes, vote_battles, vote_labels, voter_agreement
+
+RULE_META = "votes.rule"
+"""Where ``arena vote`` saves the voter rule it was given, for the board and the audit to apply."""
 
 
 @dataclass
@@ -29,6 +33,8 @@ def workspace_votes(workspace: str | Path, set_name: str | None = DEFAULT_SET, r
     """Return the votes of a workspace (of ``set_name``; None: every set), flagged voters left out unless kept."""
     with Store(workspace, readonly=True) as store:
         votes = store.get_votes(set_name)
+        if rule is None:
+            rule = saved_rule(store)
     figures = voter_figures(votes, rule)
     left_out = [] if keep_flagged else [f.voter for f in figures if f.flagged]
     return WorkspaceVotes(votes, figures, rated_votes(votes, set(left_out)), left_out)
@@ -54,3 +60,37 @@ def vote_pool(workspace: str | Path, set_name: str = DEFAULT_SET) -> Pool:
         inconsistent |= {k for k, results in first.items() if len(results) > 1}
     outcomes = {name: battle_outcomes(games) for name, games in by_judge.items()}
     return Pool(set_name, prompts, answers, judge_disagreements(outcomes, inconsistent))
+
+
+def saved_rule(store: Store) -> VoterRule:
+    """Return the voter rule ``arena vote`` saved in the workspace, else the default rule."""
+    saved = store.get_meta(RULE_META)
+    try:
+        return VoterRule(**saved) if isinstance(saved, dict) else VoterRule()
+    except TypeError as err:
+        raise ArenaError(f"the voter rule saved in {store.root} does not fit this release ({err}): start `arena vote` "
+                         "once to save it again") from None
+
+
+def human_battles(workspace: str | Path, keep_flagged: bool = False) -> tuple[list[Battle], WorkspaceVotes]:
+    """Return judge ``human``'s battles (one per rated vote of the test set) and the votes behind them."""
+    found = workspace_votes(workspace, keep_flagged=keep_flagged)
+    if not found.rated:
+        why = f" ({len(found.left_out)} flagged voter(s) left out: --keep-flagged counts them)" \
+            if found.left_out else ""
+        raise ArenaError(f"{workspace} has no votes to rate{why}: collect some with `arena vote {workspace}`")
+    return vote_battles(found.rated), found
+
+
+def audit_with_votes(workspace: str | Path, *, judge: str | None = None, compare_judge: str | None = None,
+                     human: str | Path | None = None) -> WorkspaceAudit:
+    """Return ``audit_workspace``'s audit; without a label file (``human``), the workspace's votes are the labels
+    (flagged voters left out), with each voter's figures and the agreement between voters."""
+    found = workspace_votes(workspace) if human is None else None
+    if found is None or not found.votes:
+        return audit_workspace(workspace, judge=judge, compare_judge=compare_judge, human=human)
+    labels = HumanLabels(f"votes in {workspace}", vote_labels(found.rated), len(found.rated), 0, [])
+    result = audit_workspace(workspace, judge=judge, compare_judge=compare_judge, labels=labels)
+    result.voters, result.voters_left_out = found.figures, found.left_out
+    result.voter_agreement = voter_agreement(found.rated)
+    return result
