@@ -661,9 +661,11 @@ def _register_extensions() -> None:
     from .rating import register as register_rating
     from .scores import register as register_scores
     from .view import register as register_view
+    from .votes import register as register_votes
 
     for register in (register_rating, register_curate, register_audit, register_view, register_scores,
-                     register_flywheel, register_plan, register_peers, register_models, register_prompt_board):
+                     register_flywheel, register_plan, register_peers, register_models, register_prompt_board,
+                     register_votes):
         register(app)
 
 

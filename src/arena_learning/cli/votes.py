@@ -9,13 +9,73 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated, Literal, cast
 
+import typer
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
 from ..people.quality import VoterFigures
 from .consoles import stderr_console, stdout_console
+from .errors import reporting_errors
+
+VOTE_HELP = (
+    "Serve a page where people vote on two answers of the workspace (models hidden, sides random), on 127.0.0.1 "
+    "until Ctrl-C.\n\n"
+    "Each vote is stored at once in the workspace (voter, time shown, seconds taken); a share of the items are "
+    "controls (one answer twice, an empty answer, a pair voted before in the other order) that give each voter's "
+    "figures. While a run holds the workspace, votes wait in the page and are sent again until stored. "
+    "`arena leaderboard WS --judge human` rates the votes; `arena judge-audit WS` compares the judges with them."
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``vote`` command to ``app``."""
+    app.command("vote", help=VOTE_HELP)(vote_command)
+
+
+def vote_command(
+    workspace: Annotated[Path, typer.Argument(help="Workspace directory with answers to vote on.")],
+    host: Annotated[str, typer.Option(help="Address to listen on; anything but 127.0.0.1 needs --token.")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0: any free port).")] = 8766,
+    token: Annotated[str | None, typer.Option(
+        help="A secret the page must send (it is in the URL printed); needed to listen beyond 127.0.0.1.")] = None,
+    set_name: Annotated[str, typer.Option("--set", help="The prompt set whose answers are voted on.")] = "test",
+    schedule: Annotated[str, typer.Option(
+        help="informative (close pairs on the votes so far, pairs the judges disagree on, even spread over "
+             "models and categories) or random pairs.")] = "informative",
+    control_share: Annotated[float, typer.Option(
+        help="Share of each voter's items that are controls (0 to 0.5).")] = 0.2,
+    fast_seconds: Annotated[float, typer.Option(
+        help="Rule: a vote quicker than this is too fast to have been read.")] = 2.0,
+    max_control_fail: Annotated[float, typer.Option(
+        help="Rule: flag a voter who fails more than this share of the controls (after 5).")] = 0.34,
+    min_consistency: Annotated[float | None, typer.Option(
+        help="Rule: flag a voter whose repeats agree less than this share (after 3; default: never).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the draws.")] = 0,
+) -> None:
+    """Serve the vote page (help text: ``VOTE_HELP``)."""
+    from ..httpd import serve_until_stopped
+    from ..people.quality import VoterRule
+    from ..people.schedule import ScheduleOptions
+    from ..people.server import VoteServer, VoteSettings
+
+    with reporting_errors():
+        mode = cast(Literal["informative", "random"], schedule)  # ScheduleOptions checks it
+        options = ScheduleOptions(mode=mode, control_share=control_share, seed=seed)
+        rule = VoterRule(fast_seconds=fast_seconds, max_control_fail=max_control_fail, min_consistency=min_consistency)
+        server = VoteServer(workspace, VoteSettings(host=host, port=port, token=token, set_name=set_name,
+                                                    schedule=options, rule=rule))
+    err = stderr_console()
+    if server.note:
+        err.print(f"[yellow]note:[/] {escape(server.note)}", highlight=False, soft_wrap=True)
+    err.print(escape(f"vote page of {workspace} ({len(server.app.pool)} pairs on {len(server.app.pool.prompt_ids)} "
+                     f"prompts, {len(server.app.pool.models)} models) at {server.url} (Ctrl-C stops)"),
+              highlight=False, soft_wrap=True)
+
+    serve_until_stopped(server)
 
 
 def human_board(workspace: Path, json_out: bool, csv: Path | None, keep_flagged: bool) -> None:
