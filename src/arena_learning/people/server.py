@@ -237,6 +237,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
+        if url.path == "/favicon.ico":  # no icon: an empty answer rather than a 404 in the console
+            self._send(204, b"", "image/x-icon")
+            return
         if url.path in FILES:
             name, kind = FILES[url.path]
             self._send(200, (ASSETS / name).read_bytes(), kind)

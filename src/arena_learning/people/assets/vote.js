@@ -198,6 +198,8 @@
     }
     sessionStorage.setItem(VOTER, voter);
     localStorage.setItem(VOTER, voter);
+    $("voter").blur();  // the keys vote from here on
+    setStatus("");
     await flush();
     await next();
   }
