@@ -97,7 +97,8 @@ def test_a_workspace_made_before_votes_gains_the_table_and_reads_empty(tmp_path)
 
 def test_controls_come_once_per_block_and_real_items_are_never_repeated(tmp_path):
     build_workspace(tmp_path)
-    votes = cast(tmp_path, "ann", 30, honest)
+    options = ScheduleOptions(control_share=0.2, control_kinds=("empty", "identical", "empty", "empty", "repeat"))
+    votes = cast(tmp_path, "ann", 30, honest, options=options)
     kinds = [v.control for v in votes]
     assert sum(k is not None for k in kinds) == 6  # 20%: one in each block of five
     assert all(sum(k is not None for k in kinds[b:b + 5]) == 1 for b in range(0, 30, 5))
@@ -117,7 +118,7 @@ def test_a_random_clicker_is_flagged_and_an_honest_voter_is_not(tmp_path):
     cast(tmp_path, "honest", 30, honest, seed=1)
     votes = cast(tmp_path, "clicker", 30, lambda item, rng: str(rng.choice(["a", "b", "tie", "both_bad"])), seed=2)
     figures = {f.voter: f for f in voter_figures(votes)}
-    assert figures["honest"].controls == 5 and figures["honest"].repeats == 1
+    assert figures["honest"].controls == 7 and figures["honest"].repeats == 1  # 25%: 8 controls, the 8th a repeat
     assert not figures["honest"].flagged and figures["clicker"].flagged
     assert flagged_voters(votes) == {"clicker"}
     assert figures["clicker"].reasons[0].startswith("failed ")

@@ -47,11 +47,11 @@ def vote_command(
         help="informative (close pairs on the votes so far, pairs the judges disagree on, even spread over "
              "models and categories) or random pairs.")] = "informative",
     control_share: Annotated[float, typer.Option(
-        help="Share of each voter's items that are controls (0 to 0.5).")] = 0.2,
+        help="Share of each voter's items that are controls (0 to 0.5).")] = 0.25,
     fast_seconds: Annotated[float, typer.Option(
         help="Rule: a vote quicker than this is too fast to have been read.")] = 2.0,
     max_control_fail: Annotated[float, typer.Option(
-        help="Rule: flag a voter who fails more than this share of the controls (after 5).")] = 0.34,
+        help="Rule: flag a voter who fails more than this share of the controls (after 6).")] = 0.34,
     min_consistency: Annotated[float | None, typer.Option(
         help="Rule: flag a voter whose repeats agree less than this share (after 3; default: never).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the draws.")] = 0,

@@ -35,7 +35,7 @@ class VoterRule:
         min_repeats: repeats needed before consistency can flag.
     """
 
-    min_controls: int = 5
+    min_controls: int = 6
     max_control_fail: float = 0.34
     fast_seconds: float = 2.0
     max_fast_share: float = 0.5

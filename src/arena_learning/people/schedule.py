@@ -1,14 +1,16 @@
 """What a voter sees next: an informative real pair, or now and then a control item.
 
-Informative (the default) weighs every (prompt, pair) the voter has not voted on by how close the
-two models are on the current human ratings (a Bradley-Terry fit of the votes so far, with a small
-prior so it exists from the first vote), doubles it where the LLM judges disagree (with each other,
-or one judge with itself over the two orders), and divides it by how often the pair, the prompt and
-the prompt's category were voted already, so the votes spread over models and categories. ``random``
-draws a pair uniformly. The order shown is random per item.
+Informative (the default) weighs every (prompt, pair) the voter has not voted on by how unsure the
+pair's order is on the current human ratings (a Bradley-Terry fit of the votes so far, with a small
+prior so it exists from the first vote, and each strength's variance) times how much a vote on a pair
+that close tells, doubles it where the LLM judges disagree (with each other, or one judge with itself
+over the two orders), divides it by how often the pair, the prompt and the prompt's category were
+voted already (so the votes spread over models and categories), and draws an item in proportion.
+``random`` draws a pair uniformly. The order shown is random per item.
 
 Controls come one in every ``1 / control_share`` votes of a voter, at a random place in each block,
-so a voter sees a known number of them (6 in their first 30 votes at the default 20%).
+so a voter sees a known number of them (7 or 8 in their first 30 votes at the default 25%: enough for the
+default rule to flag a random clicker in 30 votes, ``benchmarks/bench_votes.py``).
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ class ScheduleOptions:
         control_share: share of a voter's items that are controls (0 = none); one per block of
             ``round(1 / control_share)`` votes.
         control_kinds: the controls' kinds in turn; a ``repeat`` before the voter has a real vote is an ``empty``.
+            Mostly ``empty``: a random clicker fails it 3 times in 4 (``identical`` 1 in 2), so it tells most.
         seed: seed of the draws.
     """
 
     mode: Literal["informative", "random"] = "informative"
-    control_share: float = 0.2
-    control_kinds: tuple[ControlKind, ...] = ("empty", "identical", "empty", "empty", "repeat")
+    control_share: float = 0.25
+    control_kinds: tuple[ControlKind, ...] = ("empty", "identical", "empty", "empty", "empty", "empty", "empty",
+                                              "repeat")
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -129,8 +133,9 @@ def next_item(pool: Pool, votes: Sequence[Vote], voter: str, options: ScheduleOp
         return None
     weight = _weights(pool, [v for v in live if v.control is None]) if options.mode == "informative" \
         else np.ones(len(pool))
-    weight = np.where(seen, 0.0, weight * rng.uniform(0.8, 1.0, len(pool)))
-    r = int(np.argmax(weight)) if options.mode == "informative" else int(rng.choice(np.flatnonzero(~seen)))
+    weight = np.where(seen, 0.0, weight)
+    r = int(rng.choice(len(pool), p=weight / weight.sum())) if options.mode == "informative" and weight.sum() > 0 \
+        else int(rng.choice(np.flatnonzero(~seen)))
     a, b = pool.models[pool.i[r]], pool.models[pool.j[r]]
     if rng.random() < 0.5:
         a, b = b, a
@@ -191,8 +196,16 @@ def _weights(pool: Pool, real: Sequence[Vote]) -> np.ndarray:
         prompt_n[pool.prompt[r]] += 1
         cat_n[pool.category[r]] += 1
     theta, _ = fit_counts(wins, ties, prior_games=1.0) if real else (np.zeros(k), None)
-    p = expit(theta[pool.i] - theta[pool.j])
-    close = 4 * p * (1 - p)
+    # each strength's variance from its Fisher information (votes weighted by p(1-p)), one prior game included
+    p_all = expit(theta[:, None] - theta[None, :])
+    var = 1.0 / ((pair_n * p_all * (1 - p_all)).sum(1) + 0.25)
+    # how unsure the pair's order is (its z-score on the strengths so far) times what a vote on it tells
+    # (p(1-p)): an uncertain model is unsure against every other and is shown again, so an early upset does
+    # not lock it away from its neighbours; a pair whose order is settled is left alone
+    diff = theta[pool.i] - theta[pool.j]
+    z = diff / np.sqrt(var[pool.i] + var[pool.j])
+    p = expit(diff)
+    close = np.exp(-z * z / 2) * 4 * p * (1 - p)
     spread = 1.0 / (1.0 + pair_n[pool.i, pool.j]) / np.sqrt(1.0 + prompt_n[pool.prompt])
     cat_share = cat_n[pool.category] / max(1.0, cat_n.sum()) * len(pool.categories)
     return close * spread * np.where(pool.disagree, 2.0, 1.0) / (1.0 + cat_share)
