@@ -178,9 +178,18 @@ def test_audit_against_the_votes_equals_the_audit_against_them_as_a_label_file(t
     assert from_votes.human_agreement == from_file.human_agreement
     assert from_votes.human_agreement[0].n == len(rated_votes(found.votes)) > 40
     assert [v.voter for v in from_votes.voters] == ["ann", "bob"] and from_file.voters == []
+    total = from_votes.human_agreement[0]
+    by_cat = from_votes.human_by_category
+    assert sorted(by_cat) == ["code", "math"] and sum(rows[0].n for rows in by_cat.values()) == total.n
+    assert sum(rows[0].agree for rows in by_cat.values()) == total.agree
+    # the judge says the higher-numbered model wins on prompts k % 3 == 0 only in one order: a tie there
+    split = [d for d in from_votes.human_disagreements if d["judge_says"] == "tie"]
+    assert split and all(int(d["prompt_id"][1:]) % 3 == 0 for d in split)
+    assert all(d["people_say"] != d["judge_says"] for d in from_votes.human_disagreements)
     out = CliRunner().invoke(app, ["judge-audit", str(tmp_path)])
     assert out.exit_code == 0, out.output
     assert "agreement with human labels" in out.output and "voters" in out.output
+    assert "where the judges and the votes disagree" in out.output and "category math" in out.output
 
 
 def test_no_votes_is_a_clear_error(tmp_path):

@@ -551,6 +551,8 @@ class WorkspaceAudit:
     voters: list[Any] = field(default_factory=list)  # people.quality.VoterFigures, when the labels are the votes
     voter_agreement: Agreement | None = None
     voters_left_out: list[str] = field(default_factory=list)
+    human_by_category: dict[str, list[Agreement]] = field(default_factory=dict)
+    human_disagreements: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -562,6 +564,8 @@ class WorkspaceAudit:
             "voters": [v.to_dict() for v in self.voters],
             "voter_agreement": None if self.voter_agreement is None else self.voter_agreement.to_dict(),
             "voters_left_out": self.voters_left_out,
+            "human_by_category": {c: [a.to_dict() for a in rows] for c, rows in self.human_by_category.items()},
+            "human_disagreements": self.human_disagreements,
         }
 
 

@@ -71,8 +71,12 @@ def judge_audit_command(
         if rows:
             out.print(agreement_table(rows, title))
     if result.voters:
-        from .votes import voter_table
+        from .votes import disagreement_table, voter_table
 
+        for cat, rows in result.human_by_category.items():
+            out.print(agreement_table(rows, f"agreement with the votes on category {cat}"))
+        if result.human_disagreements:
+            out.print(disagreement_table(result.human_disagreements))
         out.print(voter_table(result.voters))
         if result.voter_agreement is not None and result.voter_agreement.n:
             out.print(agreement_table([result.voter_agreement], "agreement between voters on the same battle"))

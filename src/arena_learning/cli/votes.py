@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..people.quality import VoterFigures
-from .consoles import stderr_console, stdout_console
+from .consoles import stderr_console
 from .errors import reporting_errors
 
 VOTE_HELP = (
@@ -120,5 +120,13 @@ def voter_table(figures: Sequence[VoterFigures]) -> Table:
     return t
 
 
-def print_voters(figures: Sequence[VoterFigures]) -> None:
-    stdout_console().print(voter_table(figures))
+def disagreement_table(rows: Sequence[dict], limit: int = 10) -> Table:
+    """Return the first ``limit`` battles where a judge and the people's votes disagree (most votes first)."""
+    title = f"where the judges and the votes disagree ({min(limit, len(rows))} of {len(rows)}; --json lists all)"
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("judge", "prompt", "category", "first", "second", "judge says", "people say", "votes"):
+        t.add_column(col, overflow="fold")
+    for d in rows[:limit]:
+        t.add_row(*(escape(str(d[k])) for k in ("judge", "prompt_id", "category", "first", "second", "judge_says",
+                                                   "people_say", "votes")))
+    return t

@@ -24,7 +24,7 @@ import secrets
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -112,7 +112,7 @@ class VoteSettings:
     port: int = 0
     token: str | None = None
     set_name: str = DEFAULT_SET
-    schedule: ScheduleOptions = ScheduleOptions()
+    schedule: ScheduleOptions = field(default_factory=ScheduleOptions)
     rule: VoterRule | None = None
     wait_s: float = 10.0
 

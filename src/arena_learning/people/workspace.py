@@ -6,7 +6,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..arena.audit import HumanLabels, WorkspaceAudit, audit_workspace, battle_key, battle_outcomes
+from ..arena.audit import (
+    HumanLabel,
+    HumanLabels,
+    WorkspaceAudit,
+    audit_workspace,
+    battle_key,
+    battle_outcomes,
+    human_agreement,
+    oriented_code,
+)
 from ..errors import ArenaError
 from ..records import Battle, Vote
 from ..store import DEFAULT_SET, Store
@@ -93,4 +102,36 @@ def audit_with_votes(workspace: str | Path, *, judge: str | None = None, compare
     result = audit_workspace(workspace, judge=judge, compare_judge=compare_judge, labels=labels)
     result.voters, result.voters_left_out = found.figures, found.left_out
     result.voter_agreement = voter_agreement(found.rated)
+    with Store(workspace, readonly=True) as store:
+        category = {p.id: p.category or "(none)" for p in store.get_prompts(DEFAULT_SET)}
+        games = {a.judge: store.get_judgments(a.judge) for a in result.audits}
+    for name, records in games.items():
+        by_category: dict[str, list[HumanLabel]] = defaultdict(list)
+        for lab in labels.labels:
+            by_category[category.get(lab.prompt_id, "(none)")].append(lab)
+        for cat in sorted(by_category):
+            result.human_by_category.setdefault(cat, []).append(human_agreement(records, by_category[cat]))
+        result.human_disagreements += disagreements(name, records, labels.labels, category)
     return result
+
+
+def disagreements(judge: str, records: list, labels: list[HumanLabel], category: dict[str, str]) -> list[dict]:
+    """Return the battles where ``judge``'s outcome differs from the people's (the majority of their votes, a
+    split is a tie), most votes first: prompt, category, the two models, what each side says, votes."""
+    names = {0: "first wins", 1: "second wins", 2: "tie"}
+    people: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    for lab in labels:
+        key = battle_key(lab.prompt_id, lab.model_a, lab.model_b)
+        people[key].append(oriented_code(lab.winner, lab.model_a, key))
+    out = []
+    for key, outcome in battle_outcomes(records).items():
+        codes = people.get(key)
+        if not codes:
+            continue
+        lo_points = sum(1.0 if c == 0 else 0.5 if c == 2 else 0.0 for c in codes)
+        said = 0 if lo_points * 2 > len(codes) else 1 if lo_points * 2 < len(codes) else 2
+        if said != outcome:
+            out.append({"judge": judge, "prompt_id": key[0], "category": category.get(key[0], "(none)"),
+                        "first": key[1], "second": key[2], "judge_says": names[outcome], "people_say": names[said],
+                        "votes": len(codes)})
+    return sorted(out, key=lambda d: (-d["votes"], d["prompt_id"], d["first"], d["second"]))
