@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from arena_learning.cli import app
@@ -196,3 +197,29 @@ def test_no_votes_is_a_clear_error(tmp_path):
     build_workspace(tmp_path)
     out = CliRunner().invoke(app, ["leaderboard", str(tmp_path), "--judge", "human"])
     assert out.exit_code == 2 and "arena vote" in out.output
+
+
+@pytest.mark.filterwarnings("ignore::arena_learning.rating.bt.RatingWarning")  # a clear winner: the prior's note
+def test_the_report_shows_the_board_of_the_votes_beside_the_judges(tmp_path):
+    from html import escape
+
+    from arena_learning.report.html import write_report
+    from tests.test_report import EVIL, make_workspace
+
+    ws, ratings = make_workspace(tmp_path)
+    skill = {"weak": 0, "mid": 1, EVIL: 2}
+
+    def by_skill(item: Item, rng: np.random.Generator) -> str:
+        if item.control == "identical":
+            return "tie"
+        if EMPTY in (item.model_a, item.model_b):
+            return "a" if item.model_b == EMPTY else "b"
+        return "a" if skill[item.model_a] > skill[item.model_b] else "b"
+
+    cast(ws, "ann", 40, by_skill)
+    page = write_report(ws, tmp_path / "r.html").read_text()
+    section = page[page.index("People&#x27;s votes"):page.index('id="votes-table"') + 3000]
+    assert "40 votes" not in section and "votes by 1 voter(s)" in section  # controls are not rated
+    assert escape(EVIL) in section and EVIL not in section
+    people = section.split("<tr")[2:5]
+    assert len(people) == 3 and all("-</td>" not in row for row in people)
