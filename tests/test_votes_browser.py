@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from arena_learning.people.schedule import ScheduleOptions
 from arena_learning.people.server import VoteServer, VoteSettings
 from arena_learning.records import Answer, Prompt
@@ -108,3 +110,33 @@ def test_hostile_answers_stay_text_without_the_csp(tmp_path, browser):  # noqa: 
         finally:
             voter.p.close()
     assert json.dumps([v.voter for v in Store(tmp_path, readonly=True).get_votes()]).count("onerror") == 3
+
+
+@pytest.mark.slow
+def test_200_votes_of_two_voters_in_the_browser_survive_the_server_killed_between_votes(tmp_path, browser):  # noqa: F811
+    from tests.test_votes_server import Server
+
+    build_workspace(tmp_path)
+    server = Server(tmp_path)
+    server.start()
+    url = f"http://127.0.0.1:{server.port}/"
+    ann, bob = Voter(browser, url, "ann"), Voter(browser, url, "bob")
+    keys = "1234abtx"
+    try:
+        for n in range(100):
+            if n and n % 25 == 0:  # SIGKILL between votes, then a new server: the items on screen still count
+                server.kill()
+                server.start()
+            ann.vote(keys[n % len(keys)])
+            bob.vote(keys[(n + 3) % len(keys)])
+        seen = "".join(ann.responses + bob.responses)
+        assert not any(m in seen for m in MODELS)
+        assert ann.p.errors == [] and bob.p.errors == []
+    finally:
+        ann.p.close()
+        bob.p.close()
+        server.kill()
+    with Store(tmp_path, readonly=True) as store:
+        votes = store.get_votes()
+    assert len(votes) == len({v.vote_id for v in votes}) == 200
+    assert sum(v.voter == "ann" for v in votes) == 100
