@@ -112,6 +112,37 @@ def test_hostile_answers_stay_text_without_the_csp(tmp_path, browser):  # noqa: 
     assert json.dumps([v.voter for v in Store(tmp_path, readonly=True).get_votes()]).count("onerror") == 3
 
 
+def test_votes_wait_in_the_page_while_a_run_holds_the_workspace_and_land_when_it_ends(tmp_path, browser):  # noqa: F811
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_votes_server import HOLD, SRC
+
+    build_workspace(tmp_path)
+    with VoteServer(tmp_path, VoteSettings(wait_s=0.3)).start() as server:
+        voter = Voter(browser, server.url, "ann")
+        holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(SRC)})
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            voter.page.keyboard.press("1")
+            voter.page.wait_for_selector("#status.busy")
+            assert "wait in this page" in voter.page.text_content("#status")
+            voter.page.wait_for_selector("body[data-state='ready']")  # voting goes on meanwhile
+            voter.page.keyboard.press("2")
+            with Store(tmp_path, readonly=True) as store:
+                assert store.get_votes() == []
+        finally:
+            holder.communicate("\n", timeout=30)
+        voter.page.wait_for_selector("body[data-stored='2']", timeout=15000)  # sent again once the run ends
+        errors = [e for e in voter.p.errors if "503" not in e]  # the busy answers themselves
+        voter.p.close()
+    assert errors == []
+    with Store(tmp_path, readonly=True) as store:
+        assert [v.verdict for v in store.get_votes()] == ["a", "b"]
+
+
 @pytest.mark.slow
 def test_200_votes_of_two_voters_in_the_browser_survive_the_server_killed_between_votes(tmp_path, browser):  # noqa: F811
     from tests.test_votes_server import Server
