@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_ratings.py
 	$(PY) benchmarks/bench_ray.py
 	$(PY) benchmarks/bench_schedule.py
+	$(PY) benchmarks/bench_votes.py
 	$(PY) benchmarks/bench_report.py --runs 3
 	$(PY) benchmarks/reliability.py
 	$(PY) benchmarks/bench_judge_truth.py --quick

@@ -93,6 +93,31 @@ class Battle(Record):
                         "verdict ([[A>>B]]) as three")
 
 
+Verdict = Literal["a", "b", "tie", "both_bad"]
+"""A person's vote on two answers in the order shown: the left (a) or right (b) is better, a tie, or both bad."""
+
+ControlKind = Literal["identical", "empty", "repeat"]
+"""A control item of the vote page: one answer twice, an empty answer against a real one, or a pair the voter
+already voted on, shown in the other order."""
+
+
+class Vote(Record):
+    """One person's vote on two answers to a prompt, models in the order shown (left = model_a)."""
+
+    vote_id: str = Field(min_length=8, max_length=64, description="unique per vote: a resubmission is stored once")
+    set_name: str = "test"
+    prompt_id: str
+    model_a: str = Field(description="the model shown left; '' for a control's empty answer")
+    model_b: str = Field(description="the model shown right; '' for a control's empty answer")
+    verdict: Verdict
+    voter: str = Field(min_length=1, max_length=80)
+    shown_at: float
+    voted_at: float
+    seconds: float = Field(ge=0, description="time from shown to voted")
+    control: ControlKind | None = Field(None, description="None for a real item")
+    retracted: bool = False
+
+
 class Rating(Record):
     """A model's place on the leaderboard."""
 

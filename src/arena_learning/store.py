@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .errors import ArenaError
-from .records import Answer, Battle, Grade, Judgment, Prompt
+from .records import Answer, Battle, Grade, Judgment, Prompt, Vote
 
 SCHEMA_VERSION = 4
 """Version of the tables below, kept in SQLite's ``user_version``. 0/1: release 0.1.0 (answers,
@@ -108,11 +108,29 @@ CREATE TABLE IF NOT EXISTS grades (
     text BLOB NOT NULL,
     PRIMARY KEY (set_name, prompt_id, model, judge)
 );
+CREATE TABLE IF NOT EXISTS votes (
+    vote_id TEXT PRIMARY KEY,       -- made by the page: a vote resubmitted after a reload is stored once
+    set_name TEXT NOT NULL,
+    prompt_id TEXT NOT NULL,
+    model_a TEXT NOT NULL,          -- shown left ('' for a control's empty answer)
+    model_b TEXT NOT NULL,          -- shown right
+    verdict TEXT NOT NULL,          -- 'a', 'b', 'tie' or 'both_bad'
+    voter TEXT NOT NULL,
+    shown_at REAL NOT NULL,
+    voted_at REAL NOT NULL,
+    seconds REAL NOT NULL,
+    control TEXT,                   -- NULL for a real item, else 'identical', 'empty' or 'repeat'
+    retracted INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
 """
+
+VOTES_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS votes"):SCHEMA.index("CREATE TABLE IF NOT EXISTS meta")]
+VOTE_COLUMNS = ("vote_id", "set_name", "prompt_id", "model_a", "model_b", "verdict", "voter", "shown_at", "voted_at",
+                "seconds", "control", "retracted")
 
 # Release 0.1.0 -> 2: the three artifact tables gain a leading set_name (its rows were the test
 # set's); SQLite cannot change a primary key in place, so each table is rebuilt.
@@ -348,6 +366,8 @@ class Store:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         self._check_version(version)
         if version == SCHEMA_VERSION:
+            if not self._has_table("votes"):  # a workspace made before the vote page: the table is new, no data moves
+                self.db.execute(VOTES_TABLE)
             return
         old = self._has_table("answers") and "set_name" not in {
             r[1] for r in self.db.execute("PRAGMA table_info(answers)")}
@@ -607,6 +627,33 @@ class Store:
             sql, args = sql + " AND judge=?", [set_name, judge]
         stored = [Battle.model_validate_json(d) for (d,) in self.db.execute(sql + " ORDER BY rowid", args)]
         return stored + grade_battles(self.get_grades(judge, set_name))
+
+    # ---- people's votes -------------------------------------------------------------
+    def record_vote(self, vote: Vote) -> bool:
+        """Store ``vote`` at once (its own commit); return False when its ``vote_id`` is already stored."""
+        with self._tx():
+            cur = self.db.execute(
+                f"INSERT OR IGNORE INTO votes ({', '.join(VOTE_COLUMNS)}) VALUES ({','.join('?' * len(VOTE_COLUMNS))})",
+                tuple(getattr(vote, c) for c in VOTE_COLUMNS))
+        return cur.rowcount == 1
+
+    def retract_vote(self, vote_id: str, voter: str) -> bool:
+        """Mark ``voter``'s vote ``vote_id`` retracted (undo); return whether one was."""
+        with self._tx():
+            cur = self.db.execute("UPDATE votes SET retracted=1 WHERE vote_id=? AND voter=? AND retracted=0",
+                                  (vote_id, voter))
+        return cur.rowcount == 1
+
+    def get_votes(self, set_name: str | None = None, *, retracted: bool = False) -> list[Vote]:
+        """Return the votes (of ``set_name``), in the order cast; retracted ones only when asked."""
+        if not self._has_table("votes"):  # a workspace made before the vote page, opened read-only
+            return []
+        args: list[object] = [int(retracted)]
+        sql = f"SELECT {', '.join(VOTE_COLUMNS)} FROM votes WHERE (retracted=0 OR ?)"
+        if set_name is not None:
+            sql, args = sql + " AND set_name=?", [*args, set_name]
+        rows = self.db.execute(sql + " ORDER BY voted_at, rowid", args)
+        return [Vote(**dict(zip(VOTE_COLUMNS, r))) for r in rows]
 
     # ---- what a workspace holds ----------------------------------------------------
     def info(self) -> dict[str, Any]:

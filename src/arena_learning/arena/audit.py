@@ -473,6 +473,14 @@ def _agreement(name_x: str, name_y: str, pairs: Sequence[tuple[int, int]], only_
     )
 
 
+battle_key = _key
+"""Public name of ``_key``: the (prompt_id, lo, hi) key of a battle, models in name order."""
+oriented_code = _oriented
+"""Public name of ``_oriented``: an outcome named for model_a/model_b as a code within a battle key's pair."""
+agreement_of_codes = _agreement
+"""Public name of ``_agreement``: the Agreement of outcome code pairs (x, y)."""
+
+
 def _kappa(confusion: list[list[int]]) -> float | None:
     """Return Cohen's kappa of a 3 x 3 table made symmetric in the pair's two models.
 
@@ -540,6 +548,11 @@ class WorkspaceAudit:
     judge_agreement: list[Agreement] = field(default_factory=list)
     human_agreement: list[Agreement] = field(default_factory=list)
     human_labels: HumanLabels | None = None
+    voters: list[Any] = field(default_factory=list)  # people.quality.VoterFigures, when the labels are the votes
+    voter_agreement: Agreement | None = None
+    voters_left_out: list[str] = field(default_factory=list)
+    human_by_category: dict[str, list[Agreement]] = field(default_factory=dict)
+    human_disagreements: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -548,6 +561,11 @@ class WorkspaceAudit:
             "judge_agreement": [a.to_dict() for a in self.judge_agreement],
             "human_agreement": [a.to_dict() for a in self.human_agreement],
             "human_labels": None if self.human_labels is None else self.human_labels.to_dict(),
+            "voters": [v.to_dict() for v in self.voters],
+            "voter_agreement": None if self.voter_agreement is None else self.voter_agreement.to_dict(),
+            "voters_left_out": self.voters_left_out,
+            "human_by_category": {c: [a.to_dict() for a in rows] for c, rows in self.human_by_category.items()},
+            "human_disagreements": self.human_disagreements,
         }
 
 
@@ -557,11 +575,14 @@ def audit_workspace(
     judge: str | None = None,
     compare_judge: str | None = None,
     human: str | Path | None = None,
+    labels: HumanLabels | None = None,
 ) -> WorkspaceAudit:
     """Return the audit of ``judge`` (default: every judge but ``compare_judge``) in a workspace.
 
     Agreements use the judges' own verdicts (the majority over both orders shown), so two
-    judges are compared the same way whatever their battles were combined from.
+    judges are compared the same way whatever their battles were combined from. ``human``: a label
+    file to compare with; ``labels``: labels already read (``people.workspace.audit_with_votes`` gives
+    the workspace's votes so).
     """
     from ..store import Store
 
@@ -584,7 +605,8 @@ def audit_workspace(
     names = [judge] if judge is not None else [n for n in by_judge if n != compare_judge]
     if not names:
         raise ArenaError(f"{root} has judgments by {compare_judge!r} only: there is no other judge to compare it with")
-    labels = read_human_labels(human) if human is not None else None
+    if human is not None:
+        labels = read_human_labels(human)
     result = WorkspaceAudit(str(root), [audit_judge(by_judge[n], answers) for n in names], human_labels=labels)
     for n in names:
         if compare_judge is not None:
@@ -592,3 +614,4 @@ def audit_workspace(
         if labels is not None:
             result.human_agreement.append(human_agreement(by_judge[n], labels.labels))
     return result
+

@@ -16,7 +16,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from ..arena.audit import Agreement, JudgeAudit, audit_workspace
+from ..arena.audit import Agreement, JudgeAudit, wilson_interval
 from .consoles import stderr_console, stdout_console
 from .errors import reporting_errors
 
@@ -24,7 +24,8 @@ HELP = (
     "Audit the judges of a workspace: position bias (first-shown answer's win rate), order consistency "
     "(same winner in both orders), length bias (longer answer's win rate), tie rate, parse failures and flags.\n\n"
     "--compare-judge adds each judge's agreement with another judge over the battles both judged; --human adds "
-    "agreement with human labels (CSV or JSONL with prompt_id, model_a, model_b, winner)."
+    "agreement with human labels (CSV or JSONL with prompt_id, model_a, model_b, winner); without --human, the "
+    "workspace's votes (`arena vote`) are the labels, with each voter's figures and the agreement between voters."
 )
 
 
@@ -47,8 +48,10 @@ def judge_audit_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the audit as one JSON object.")] = False,
 ) -> None:
     """Print the judge audit of a workspace (help text: ``HELP``)."""
+    from ..people.workspace import audit_with_votes  # numpy: only when the command runs
+
     with reporting_errors():
-        result = audit_workspace(workspace, judge=judge, compare_judge=compare_judge, human=human)
+        result = audit_with_votes(workspace, judge=judge, compare_judge=compare_judge, human=human)
     labels = result.human_labels
     err = stderr_console()
     if labels is not None and labels.bad:
@@ -67,6 +70,16 @@ def judge_audit_command(
     for title, rows in agreements:
         if rows:
             out.print(agreement_table(rows, title))
+    if result.voters:
+        from .votes import disagreement_table, voter_table
+
+        for cat, rows in result.human_by_category.items():
+            out.print(agreement_table(rows, f"agreement with the votes on category {cat}"))
+        if result.human_disagreements:
+            out.print(disagreement_table(result.human_disagreements))
+        out.print(voter_table(result.voters))
+        if result.voter_agreement is not None and result.voter_agreement.n:
+            out.print(agreement_table([result.voter_agreement], "agreement between voters on the same battle"))
 
 
 def audit_table(audits: list[JudgeAudit]) -> Table:
@@ -105,6 +118,7 @@ def agreement_table(rows: list[Agreement], title: str) -> Table:
     figures = [
         ("battles compared", lambda a: str(a.n)),
         ("same outcome (ties count)", lambda a: _pct(a.agreement, a.n, of=True)),
+        ("  95% CI", lambda a: _ci(wilson_interval(a.agree, a.n))),
         ("same winner (no ties)", lambda a: _pct(a.agreement_without_ties, a.n_without_ties, of=True)),
         ("Cohen's kappa", lambda a: "-" if a.kappa is None else f"{a.kappa:.3f}"),
         ("only the judge", lambda a: str(a.only_x)),

@@ -195,7 +195,7 @@ def leaderboard(
         help="arena-hard's headline instead: each model's win rate against this model, bootstrap 95% CI")] = None,
     judge: Annotated[str | None, typer.Option(
         help="whose battles (default: the run's judge); imported judgments (`arena import-judgments`) need no "
-             "run")] = None,
+             "run; human: the votes of `arena vote`")] = None,
     diff: Annotated[tuple[str, str] | None, typer.Option(
         "--diff", metavar="A B", help="compare two models instead, paired: A's rating minus B's with a 95% CI from "
         "the same bootstrap resamples of the prompts, P(A>B), A's battles against B, exact answers gained and lost "
@@ -215,10 +215,12 @@ def leaderboard(
         "--manifest", help="print the board's manifest instead (JSON): the judge's identity, template hash and "
                            "sampling, the test set's size and hash, schedule, rating settings and seeds, canaries, "
                            "program version")] = False,
+    keep_flagged: Annotated[bool, typer.Option(
+        "--keep-flagged", help="with --judge human: also rate the votes of voters the rule flags")] = False,
 ) -> None:
     """Print the Bradley-Terry leaderboard of a workspace's battles."""
     options = LeaderboardOptions(by=by, csv=csv, style_control=style_control, baseline=baseline, judge=judge,
-                                 diff=diff, manifest=manifest, target=target)
+                                 diff=diff, manifest=manifest, target=target, keep_flagged=keep_flagged)
     mode = options.mode(lambda: _imported_only(workspace))
     if mode == "manifest":
         found = pipeline.workspace_manifest(workspace)
@@ -231,6 +233,11 @@ def leaderboard(
 
         assert diff is not None  # the mode
         diff_board(workspace, diff[0], diff[1], json_out, judge)
+        return
+    if mode == "human":
+        from .votes import human_board
+
+        human_board(workspace, json_out, csv, keep_flagged)
         return
     if mode in ("baseline", "judge"):
         from .peers import baseline_board, judge_board
@@ -675,9 +682,11 @@ def _register_extensions() -> None:
     from .rating import register as register_rating
     from .scores import register as register_scores
     from .view import register as register_view
+    from .votes import register as register_votes
 
     for register in (register_rating, register_curate, register_audit, register_view, register_scores,
-                     register_flywheel, register_plan, register_peers, register_models, register_prompt_board):
+                     register_flywheel, register_plan, register_peers, register_models, register_prompt_board,
+                     register_votes):
         register(app)
 
 

@@ -18,10 +18,11 @@ def ray_overrides(address: str | None) -> list[str]:
     return ["scale.backend=ray", f"scale.address={'null' if address == 'local' else address}"]
 
 
-BoardMode = Literal["manifest", "diff", "baseline", "judge", "style", "gaps", "groups", "board"]
+BoardMode = Literal["manifest", "diff", "baseline", "judge", "human", "style", "gaps", "groups", "board"]
 """The kinds of output ``arena leaderboard`` gives: the run's manifest, two models compared (``--diff``),
 win rates against a model (``--baseline``), a judge's board (``--judge``, or a workspace of imported
-judgments), style control, one board per group (``--by``), or the run's board."""
+judgments), the board of people's votes (``--judge human``), style control, one board per group (``--by``),
+or the run's board."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class LeaderboardOptions:
     diff: tuple[str, str] | None = None
     manifest: bool = False
     target: str | None = None
+    keep_flagged: bool = False
 
     def mode(self, imported_only: Callable[[], bool]) -> BoardMode:
         """Return the output asked for; raise ArenaError for options that ask for two kinds of board.
@@ -49,6 +51,8 @@ class LeaderboardOptions:
         """
         if self.manifest:
             return "manifest"
+        if self.keep_flagged and self.judge != "human":
+            raise ArenaError("--keep-flagged counts flagged voters' votes: give it with --judge human")
         if self.target is not None:  # --judge picks whose battles
             if self.by is None or self.diff is not None or self.baseline is not None or self.style_control \
                     or self.csv is not None:
@@ -64,7 +68,9 @@ class LeaderboardOptions:
         if self.baseline is not None or self.judge is not None or (not chosen and imported_only()):
             if self.by is not None or self.style_control:
                 raise ArenaError("--baseline and --judge go without --by and --style-control: give one kind of board")
-            return "baseline" if self.baseline is not None else "judge"
+            if self.baseline is not None:
+                return "baseline"
+            return "human" if self.judge == "human" else "judge"
         if self.by is not None and (self.style_control or self.csv is not None):
             raise ArenaError("--by prints one board per group: it goes without --style-control and --csv")
         if self.style_control:

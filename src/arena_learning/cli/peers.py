@@ -202,14 +202,27 @@ def _default_baseline(store: Store, judge: str) -> str:
 
 
 def _judge_battles(workspace: Path, judge: str | None) -> tuple[str, list[Battle], RatingConfig]:
-    """Return (judge, its battles, the rating settings: the saved run's, else the defaults)."""
+    """Return (judge, its battles, the rating settings: the saved run's, else the defaults); ``human``: the votes."""
     with Store(workspace, readonly=True) as store:
-        name = _pick_judge(store, judge, list(store.info()["judges"]))
-        battles = store.get_battles(name)
+        judges = list(store.info()["judges"])
         saved = store.get_meta("config")
+        if judge == "human" and judge not in judges:
+            name, battles = judge, None
+        else:
+            name = _pick_judge(store, judge, judges)
+            battles = store.get_battles(name)
+    if battles is None:
+        from ..people.workspace import human_battles
+
+        battles = human_battles(workspace)[0]
+    return name, battles, rating_settings(workspace, saved)
+
+
+def rating_settings(workspace: Path, saved: object) -> RatingConfig:
+    """Return the rating settings of the run config ``saved`` in ``workspace``, else the defaults."""
     ratings = saved.get("ratings", {}) if isinstance(saved, dict) else {}
     try:
-        return name, battles, RatingConfig.model_validate(ratings)
+        return RatingConfig.model_validate(ratings)
     except ValueError as err:
         raise ArenaError(f"the rating settings saved in {workspace} do not validate ({err}); rerun `arena run` "
                          "to refresh them") from None

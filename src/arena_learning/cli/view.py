@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +19,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the workspace's HTML report on 127.0.0.1 until Ctrl-C (the workspace is only read)."""
         from ..errors import ArenaError
+        from ..httpd import serve_until_stopped
         from ..report.serve import ReportServer
 
         try:
@@ -28,14 +28,4 @@ def register(app: typer.Typer) -> None:
             raise ArenaError(
                 f"cannot listen on 127.0.0.1:{port} ({err.strerror or err}): choose another --port") from None
         typer.echo(f"serving the report of {workspace} at {server.url} (Ctrl-C stops)", err=True)
-
-        def stop(signum: int, frame: object) -> None:
-            raise KeyboardInterrupt  # SIGTERM too: close the server and remove its temporary folder
-
-        signal.signal(signal.SIGTERM, stop)
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.close()
+        serve_until_stopped(server)

@@ -198,6 +198,9 @@ def build_report(workspace: str | Path, *, chunk_dir: str | None = None, inline_
     if cfg.battles.baseline and any(cfg.battles.baseline in (b.model_a, b.model_b) for b in battles):
         lb.append(_baseline_html(battles, cfg.battles.baseline, r.bootstrap, r.seed))
     sections.append(("leaderboard", "Leaderboard", "".join(lb)))
+    human = _votes_html(root, ratings, cfg.ratings)
+    if human:
+        sections.append(("votes", "People's votes", human))
 
     # -- style control
     if style is None:
@@ -652,6 +655,26 @@ def _browser_shell(browser: BrowserData) -> str:
             '<th class="l">flags</th></tr></thead><tbody id="bb-rows"></tbody></table>'
             '<div id="bb-detail" class="bb-detail" hidden></div>'
             '<noscript><p class="note">The battle browser needs JavaScript.</p></noscript></div>')
+
+
+def _votes_html(root: Path, ratings: list[Rating], settings: Any) -> str:
+    """Return the board of the workspace's votes beside the judge's (``arena leaderboard --judge human``), or ""."""
+    from ..people.workspace import human_battles
+    from ..rating.bt import RateOptions, leaderboard
+
+    try:
+        battles, found = human_battles(root)
+    except ArenaError:  # no votes (or none rated): no section
+        return ""
+    human = {x.model: x for x in leaderboard(battles, RateOptions(**settings.model_dump()))}
+    left = f"; left out, flagged: {', '.join(found.left_out)}" if found.left_out else ""
+    note = (f'<p class="note">{len(found.rated)} votes by {len({v.voter for v in found.rated})} voter(s) '
+            f'(<code>arena vote</code>), rated as the judge\'s battles are; both bad as a tie{_e(left)}.</p>')
+    rows = [[_e(x.model), str(x.rank or ""), _num(x.rating), str(h.rank or "") if h else "-",
+             _num(h.rating) if h else "-", _ci(h.ci_low, h.ci_high) if h else "-", str(h.battles) if h else "0"]
+            for x in ratings for h in [human.get(x.model)]]
+    return note + _table(["model", "judge rank", "judge rating", "people rank", "people rating", "95% CI", "votes"],
+                         rows, attrs='id="votes-table"')
 
 
 def _audit_html(root: Path) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 import http.server
 import tempfile
-import threading
 from pathlib import Path
 
+from ..httpd import ThreadedServer
 from .html import INLINE_LIMIT, write_report
 
 HOST = "127.0.0.1"
@@ -23,7 +23,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         super().end_headers()
 
 
-class ReportServer:
+class ReportServer(ThreadedServer):
     """The report of ``workspace`` written to a temporary folder and served from it over HTTP on 127.0.0.1.
 
     ``port`` 0 takes a free port. ``url`` is the page's address once started; ``close`` stops the
@@ -45,25 +45,9 @@ class ReportServer:
             raise
         self.port = self.httpd.server_address[1]
         self.url = f"http://{HOST}:{self.port}/index.html"
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> ReportServer:
-        """Serve in a background thread (for tests and embedding); return self."""
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def serve_forever(self) -> None:
-        self.httpd.serve_forever()
 
     def close(self) -> None:
-        if self._thread is not None:
-            self.httpd.shutdown()
-        self.httpd.server_close()
-        self._tmp.cleanup()
-
-    def __enter__(self) -> ReportServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            super().close()
+        finally:
+            self._tmp.cleanup()

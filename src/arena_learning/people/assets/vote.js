@@ -1,0 +1,230 @@
+"use strict";
+// The vote page. Every text from the server is set with textContent: an answer is shown, never run.
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const token = new URLSearchParams(location.hash.slice(1)).get("token") || "";
+  const PENDING = "arena-vote-pending", VOTER = "arena-vote-voter", LAST = "arena-vote-last";
+  const KEYS = {"1": "a", "a": "a", "2": "b", "b": "b", "3": "tie", "t": "tie", "4": "both_bad", "x": "both_bad"};
+  let current = null;
+  let retrying = false;
+
+  function read(store, key, fallback) {
+    try { return JSON.parse(store.getItem(key)) ?? fallback; } catch (e) { return fallback; }
+  }
+  const pending = () => read(localStorage, PENDING, []);
+  const savePending = (list) => localStorage.setItem(PENDING, JSON.stringify(list));
+  const voterName = () => $("voter").value.trim();
+
+  function newId() {
+    const bytes = new Uint8Array(16);
+    crypto.getRandomValues(bytes);
+    return Array.from(bytes, (x) => x.toString(16).padStart(2, "0")).join("");
+  }
+
+  async function api(method, path, body) {
+    const headers = {};
+    if (token) headers["X-Arena-Token"] = token;
+    if (body) headers["Content-Type"] = "application/json";
+    try {
+      const res = await fetch(path, {method, headers, body: body ? JSON.stringify(body) : undefined});
+      let data = {};
+      try { data = await res.json(); } catch (e) { data = {error: "the server's answer is not JSON"}; }
+      return {status: res.status, data};
+    } catch (e) {
+      return {status: 0, data: {error: "the server does not answer"}};
+    }
+  }
+
+  function setStatus(text, kind) {
+    const s = $("status");
+    s.textContent = text;
+    s.className = kind || "";
+  }
+
+  function setState(state) { document.body.dataset.state = state; }
+
+  function setCount(n) {
+    $("count").dataset.count = String(n);
+    $("count").textContent = `${n} vote(s) by you`;
+  }
+
+  function turns(el, list, user) {
+    el.replaceChildren();
+    list.forEach((text, k) => {
+      const div = document.createElement("div");
+      div.className = user ? "turn user" : "turn";
+      const head = list.length > 1 ? `Turn ${k + 1}: ` : "";
+      if (!user && !text) {
+        div.classList.add("empty");
+        div.textContent = head + "(empty answer)";
+      } else {
+        div.textContent = head + text;
+      }
+      el.appendChild(div);
+    });
+  }
+
+  function show(data) {
+    current = {data, shownAt: performance.now()};
+    turns($("prompt"), data.prompt, true);
+    turns($("left"), data.left, false);
+    turns($("right"), data.right, false);
+    $("item").hidden = false;
+    setCount(data.votes);
+    setState("ready");
+  }
+
+  async function next() {
+    const voter = voterName();
+    if (!voter) {
+      setState("need-name");
+      setStatus("Give your name, then Start.");
+      return;
+    }
+    setState("loading");
+    const {status, data} = await api("GET", "/api/next?voter=" + encodeURIComponent(voter));
+    if (status !== 200) {
+      setStatus(data.error || `error ${status}`, "error");
+      setState("error");
+      return;
+    }
+    if (data.done) {
+      current = null;
+      $("item").hidden = true;
+      setCount(data.votes);
+      setStatus("Nothing left to vote on. Thank you!");
+      setState("done");
+      return;
+    }
+    show(data);
+  }
+
+  // Send the waiting votes in order; return false while the server cannot store them (they stay here).
+  async function flush() {
+    for (let list = pending(); list.length; list = pending()) {
+      const entry = list[0];
+      const res = await api("POST", "/api/vote", entry.body);
+      if (res.status === 200 || res.status === 400 || res.status === 403) {
+        savePending(pending().filter((x) => x.body.vote_id !== entry.body.vote_id));
+        if (res.status !== 200) {
+          setStatus(`Not stored: ${res.data.error}`, "error");
+          continue;
+        }
+        localStorage.setItem(LAST, JSON.stringify({vote_id: entry.body.vote_id, voter: entry.body.voter,
+                                                   shown: entry.shown}));
+        setStatus(`Stored. Left was ${res.data.left}, right was ${res.data.right}.`);
+        document.body.dataset.stored = String(Number(document.body.dataset.stored || 0) + 1);
+        continue;
+      }
+      setStatus(`${res.data.error || "The server does not answer"}. ${list.length} vote(s) wait in this page and ` +
+                "are sent again in 3 s.", "busy");
+      if (!retrying) {
+        retrying = true;
+        setTimeout(async () => {
+          retrying = false;
+          if (await flush() && !current) await next();
+        }, 3000);
+      }
+      return false;
+    }
+    return true;
+  }
+
+  async function vote(verdict) {
+    if (!current || document.body.dataset.state !== "ready") return;
+    const seconds = (performance.now() - current.shownAt) / 1000;
+    const body = {item: current.data.item, verdict, voter: voterName(), vote_id: newId(), seconds};
+    savePending([...pending(), {body, shown: current.data}]);  // kept before it is sent: a reload sends it again
+    current = null;
+    setState("sending");
+    await flush();
+    await next();
+    refreshSummary();
+  }
+
+  async function undo() {
+    const waiting = pending();
+    if (waiting.length) {
+      const entry = waiting.pop();
+      savePending(waiting);
+      setStatus("Undone (it had not been stored yet). Vote on it again.");
+      show(entry.shown);
+      return;
+    }
+    const last = read(localStorage, LAST, null);
+    if (!last) {
+      setStatus("Nothing to undo.");
+      return;
+    }
+    const {status, data} = await api("POST", "/api/undo", {vote_id: last.vote_id, voter: last.voter});
+    if (status !== 200) {
+      setStatus(data.error || `error ${status}`, status === 503 ? "busy" : "error");
+      return;
+    }
+    localStorage.removeItem(LAST);
+    if (!data.undone) {
+      setStatus("Nothing to undo (already undone).");
+      return;
+    }
+    setStatus("Undone. Vote on it again.");
+    show({...last.shown, votes: Math.max(0, Number($("count").dataset.count) - 1)});
+    refreshSummary();
+  }
+
+  async function refreshSummary() {
+    if (!$("summary").open) return;
+    const {status, data} = await api("GET", "/api/summary");
+    if (status !== 200) return;
+    const body = $("voters");
+    body.replaceChildren();
+    for (const f of data.voters) {
+      const tr = document.createElement("tr");
+      const cells = [f.voter, String(f.votes), `${f.control_fails} of ${f.controls}`, `${f.consistent} of ${f.repeats}`,
+                     String(f.fast), f.reasons.join("; ") || "-"];
+      for (const text of cells) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      }
+      body.appendChild(tr);
+    }
+  }
+
+  async function start() {
+    const voter = voterName();
+    if (!voter) {
+      setStatus("Give your name first.", "error");
+      return;
+    }
+    sessionStorage.setItem(VOTER, voter);
+    localStorage.setItem(VOTER, voter);
+    $("voter").blur();  // the keys vote from here on
+    setStatus("");
+    await flush();
+    await next();
+  }
+
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target === $("voter")) {
+      if (event.key === "Enter") start();
+      return;
+    }
+    const key = event.key.toLowerCase();
+    if (KEYS[key]) vote(KEYS[key]);
+    else if (key === "s" && document.body.dataset.state === "ready") next();
+    else if (key === "u") undo();
+  });
+  for (const id of ["vote-a", "vote-b", "vote-tie", "vote-bad"]) {
+    $(id).addEventListener("click", () => vote($(id).dataset.verdict));
+  }
+  $("skip").addEventListener("click", () => next());
+  $("undo").addEventListener("click", () => undo());
+  $("start").addEventListener("click", () => start());
+  $("summary").addEventListener("toggle", () => refreshSummary());
+
+  $("voter").value = sessionStorage.getItem(VOTER) || localStorage.getItem(VOTER) || "";
+  document.documentElement.dataset.ready = "1";
+  if (voterName()) start();
+  else next();
+})();
