@@ -187,7 +187,7 @@ def test_each_grade_is_stored_once_and_the_pairs_are_derived(tmp_path):
     with Store(ws, readonly=True) as store:
         assert store.get_grades() == [] and store.get_battles("gpt-4") == [] and store.judgment_judges() == []
     with Store(ws) as store:
-        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         assert store.get_grades() == []
 
 
