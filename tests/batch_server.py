@@ -14,7 +14,8 @@ to ``upstream`` as well (a model whose failed lines are retried one request each
 
 What the tests assert on: ``created`` (jobs created), ``sent`` (each request body sent upstream, by its
 canonical JSON: a body sent twice is a call paid twice), ``duplicates``; ``GET /v1/_stats`` gives them to
-another process. ``hold()`` keeps every job in_progress with no line sent until ``release()``.
+another process, and ``POST /v1/_reset`` starts them again from 0. ``hold()`` keeps every job in_progress with no
+line sent until ``release()`` (``POST /v1/_hold`` and ``/v1/_release`` from another process).
 
     python tests/batch_server.py --upstream http://127.0.0.1:8000/v1 --port 8100   # in its own process
 """
@@ -76,6 +77,9 @@ class BatchServer:
         self.app.router.add_post("/v1/chat/completions", self.passthrough)
         self.app.router.add_post("/v1/completions", self.passthrough)
         self.app.router.add_get("/v1/_stats", self.stats)
+        self.app.router.add_post("/v1/_hold", self.control)
+        self.app.router.add_post("/v1/_release", self.control)
+        self.app.router.add_post("/v1/_reset", self.control)
         self.app.on_cleanup.append(self._cleanup)
 
     # ---- what the tests read and steer --------------------------------------------------------------------
@@ -207,6 +211,16 @@ class BatchServer:
         return web.json_response(batch)
 
     async def stats(self, _: web.Request) -> web.Response:
+        return web.json_response(self.counts())
+
+    async def control(self, request: web.Request) -> web.Response:
+        """``POST /v1/_hold``, ``/v1/_release`` (``hold`` and ``release`` from another process) or ``/v1/_reset``
+        (the counts start again from 0: a new run's)."""
+        action = request.path.rsplit("/", 1)[1]
+        if action == "_reset":
+            self.sent.clear()
+            self.created = 0
+        (self.gate.clear if action == "_hold" else self.gate.set)()
         return web.json_response(self.counts())
 
     # ---- running a job ----------------------------------------------------------------------------------
