@@ -18,6 +18,7 @@ another process, and ``POST /v1/_reset`` starts them again from 0. ``hold()`` ke
 line sent until ``release()`` (``POST /v1/_hold`` and ``/v1/_release`` from another process).
 
     python tests/batch_server.py --upstream http://127.0.0.1:8000/v1 --port 8100   # in its own process
+    python tests/batch_server.py --upstream http://127.0.0.1:8000/v1 --run-file requests.jsonl results.jsonl
 """
 
 from __future__ import annotations
@@ -341,12 +342,37 @@ class BatchServer:
 
 
 
+async def run_file(upstream: str, requests: str, out: str, concurrency: int = 16) -> None:
+    """Answer a request file as ``vllm run-batch -i REQUESTS -o OUT`` does: each line sent to ``upstream``, every
+    reply (errors included) one line of ``out``, in the input's order."""
+    server = BatchServer(upstream)
+    with open(requests, encoding="utf-8") as fh:
+        lines = [json.loads(text) for text in fh if text.strip()]
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(line: dict[str, Any]) -> dict[str, Any]:
+        async with gate:
+            return (await server._send(line))[1]
+
+    try:
+        records = await asyncio.gather(*(one(line) for line in lines))
+    finally:
+        await server._cleanup(server.app)
+    with open(out, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--upstream", required=True, help="the model server's base URL (.../v1)")
-    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--port", type=int, help="serve the Files and Batches endpoints on this port")
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--run-file", nargs=2, metavar=("REQUESTS", "OUT"), help="answer a request file into OUT and "
+                    "exit, as `vllm run-batch -i REQUESTS -o OUT` does")
     args = ap.parse_args()
+    if args.run_file:
+        asyncio.run(run_file(args.upstream, *args.run_file, concurrency=args.concurrency))
+        return
     server = BatchServer(args.upstream, concurrency=args.concurrency)
     web.run_app(server.app, host="127.0.0.1", port=args.port, print=None, access_log=None)
 

@@ -747,6 +747,14 @@ class Store:
     def _size(self) -> int:
         return sum(p.stat().st_size for p in (self.path, self.path.with_name("arena.db-wal")) if p.exists())
 
+    def copy_to(self, path: str | Path) -> None:
+        """Write a consistent copy of the workspace's database to ``path`` (SQLite's online backup)."""
+        dest = sqlite3.connect(path)
+        try:
+            self.db.backup(dest)
+        finally:
+            dest.close()
+
     def set_meta(self, key: str, value: Any) -> None:
         with self._tx():
             self.db.execute(

@@ -58,10 +58,17 @@ class Capture:
 
     calls: dict[str, dict[str, tuple[BatchCall, bytes]]] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)  # calls of models that are no endpoint, by model
+    # called when a model's calls come a second time (an adaptive schedule's next round: chosen on verdicts that
+    # did not come); it may raise to end the stage
+    on_repeat: Callable[[], None] | None = None
+    seen: set[str] = field(default_factory=set)
 
     def add(self, engine: Engine, todo: Todo) -> None:
         from .openai_compat import OpenAIEngine
 
+        if engine.spec.name in self.seen and self.on_repeat is not None:
+            self.on_repeat()
+        self.seen.add(engine.spec.name)
         if not isinstance(engine, OpenAIEngine):
             self.skipped[engine.spec.name] = self.skipped.get(engine.spec.name, 0) + len(todo)
             return
