@@ -129,3 +129,27 @@ def test_a_line_that_does_not_parse_is_reported_and_nothing_else_is_lost(tmp_pat
     assert arena("batch", "export", cfg, "-w", ws, "--stage", "answers", "--out", tmp_path / "b.jsonl",
                  "--model", "beta").returncode == 0
     assert [r["custom_id"] for r in lines(tmp_path / "b.jsonl")] == [cut]
+
+
+def test_an_adaptive_schedule_exports_round_by_round_until_nothing_is_left(tmp_path, server):
+    cfg = write_config(tmp_path / "adaptive.yaml", CONFIG.format(url=server.url) + (
+        "battles: {schedule: adaptive, budget: 24, batch_size: 8}\naudit: {canaries: false}\n"))
+    sync = arena("run", cfg, "-w", tmp_path / "sync", "--json")
+    assert sync.returncode == 0, sync.stderr
+    ws = tmp_path / "ws"
+    sizes: list[int] = []
+    while not sizes or sizes[-1]:
+        assert len(sizes) < 10, f"the exports do not end: {sizes}"
+        stage = "answers" if not sizes else "battles"
+        out = tmp_path / f"{len(sizes)}.jsonl"
+        assert arena("batch", "export", cfg, "-w", ws, "--stage", stage, "--out", out).returncode == 0
+        sizes.append(len(lines(out)))
+        if sizes[-1]:
+            run_file(server.url, out, tmp_path / "out.jsonl")
+            assert arena("batch", "import", tmp_path / "out.jsonl", "-w", ws).returncode == 0
+    # 54 answers; then the budget's 24 battles (both orders: 48 verdicts) a round at a time, each round chosen on
+    # the verdicts before it
+    assert sizes[0] == 54 and sum(sizes[1:]) == 48 and len(sizes) >= 5 and all(0 < n <= 16 for n in sizes[1:-1])
+    before = server.requests
+    offline = arena("run", cfg, "-w", ws, "--json")
+    assert server.requests == before and json.loads(offline.stdout) == json.loads(sync.stdout)

@@ -140,6 +140,17 @@ def test_batch_mode_gives_the_synchronous_verdicts_in_several_jobs_and_no_call_t
     assert server.counts()["created"] == 4 and upstream.requests == 180
 
 
+def test_a_stage_is_split_under_the_byte_limit_too(tmp_path, batch_server, synchronous):
+    verdicts, _ = synchronous
+    server, url, _ = batch_server(judge)
+    ws = make_workspace(tmp_path / "bytes")
+    _, got = battle(config(url, max_bytes=50_000), ws)
+    with Store(ws, readonly=True) as store:
+        jobs = store.get_batches()
+    sizes = [len(server.contents[server.batches[j.batch_id]["input_file_id"]]) for j in jobs]
+    assert got == verdicts and len(jobs) >= 4 and max(sizes) <= 50_000 and sum(j.calls for j in jobs) == 180
+
+
 def test_failed_lines_are_asked_again_in_a_new_job_or_one_request_each(tmp_path, batch_server, synchronous):
     verdicts, _ = synchronous
     server, url, upstream = batch_server(flaky({"3", "7"}))

@@ -33,6 +33,7 @@ from ..progress import Advance, Track
 from ..store import BatchRecord, Store
 from .base import Completion, Engine, Request
 from .batch_lines import BATCH_URLS, BatchCall, ReplyLine, batch_call, read_replies, request_line, settle
+from .replies import is_empty, is_truncated
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -163,8 +164,11 @@ class _Runner:
         pending = dict(todo)
         for attempt in range(self.settings.retries + 1):
             jobs = self._resumed(pending) + await self._planned(pending)
-            await asyncio.gather(*(self._submit(job) for job in jobs))
-            failed = await self._wait(jobs)
+            # every upload and creation settles (and its id is stored) before the first error is raised
+            for error in await asyncio.gather(*(self._submit(job) for job in jobs), return_exceptions=True):
+                if isinstance(error, BaseException):
+                    raise error
+            failed = await self._wait([job for job in jobs if job.batch_id is not None])
             pending = {k: todo[k] for k in failed if k in todo and self.results.get(k) is None}
             last = self.settings.failed == "sync" or attempt == self.settings.retries
             if pending and not last:
@@ -246,6 +250,9 @@ class _Runner:
                     await self._db(self.store.update_batch, job.record.id, batch_id=found)
                     return
                 job.lines = self._rebuild(job)
+                if not job.lines:  # none of its calls is asked any more: nothing to send
+                    await self._db(self.store.update_batch, job.record.id, status="dropped")
+                    return
             if job.file_id is None:
                 data = b"".join(line + b"\n" for line in job.lines)
                 uploaded = await client.files.create(file=(f"{job.record.id}.jsonl", data), purpose="batch")
@@ -377,8 +384,8 @@ class _Runner:
                 stats.errors.append(str(row["error"]))
             return
         stats.ok += 1
-        stats.empty += not comp.text or comp.text.isspace()
-        stats.truncated += comp.finish_reason == "length"
+        stats.empty += is_empty(comp)
+        stats.truncated += is_truncated(comp)
         stats.tokens_in += comp.tokens_in
         stats.tokens_out += comp.tokens_out
 
