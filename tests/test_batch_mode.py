@@ -252,3 +252,13 @@ def test_a_real_model_behind_arena_serve_answers_the_same_in_batch_mode(served_m
         assert server.counts()["created"] == 2 and server.sent.total() == 8  # each question once per road
     finally:
         double.close()
+
+
+def test_a_batch_mode_model_stays_in_this_process_under_the_ray_backend():
+    # its calls go as batch jobs from the driver; an engine actor would send them one request each
+    from arena_learning.config import ModelSpec, ScaleConfig
+    from arena_learning.engines.openai_compat import OpenAIEngine
+    from arena_learning.scale.ray_backend import RayBackend
+
+    spec = ModelSpec(name="j", engine="openai", model="m", base_url="http://127.0.0.1:9/v1", batch={"enabled": True})
+    assert isinstance(RayBackend(ScaleConfig(backend="ray"), ray=None).engine(spec), OpenAIEngine)
