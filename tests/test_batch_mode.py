@@ -262,3 +262,27 @@ def test_a_batch_mode_model_stays_in_this_process_under_the_ray_backend():
 
     spec = ModelSpec(name="j", engine="openai", model="m", base_url="http://127.0.0.1:9/v1", batch={"enabled": True})
     assert isinstance(RayBackend(ScaleConfig(backend="ray"), ray=None).engine(spec), OpenAIEngine)
+
+
+def test_the_call_counts_name_only_the_calls_that_stay_failed(tmp_path, batch_server):
+    from arena_learning.config import ModelSpec
+    from arena_learning.engines import build_engine
+    from arena_learning.engines.base import Request
+    from arena_learning.engines.calls import CallStats, run_requests
+
+    server, url, _ = batch_server(flaky({"1", "2"}), concurrency=1, expire_after=6)
+    requests = [Request(messages=[{"role": "user", "content": f"question {i} of the set"}]) for i in range(10)]
+    spec = ModelSpec(name="m", engine="openai", model="m", base_url=url, batch={"enabled": True, "poll_s": 0.02})
+    with Store(tmp_path / "ws") as store:
+        stats = CallStats()
+        out = run_requests(store, build_engine(spec), requests, stats=stats, show_progress=False)
+    # job 1: 6 lines done (questions 1 and 2 failed: HTTP 500), 4 expired; job 2 (the retry): 6 done, none left
+    assert all(c is not None for c in out) and server.created == 2
+    assert (stats.ok, stats.failed, stats.sent, stats.errors) == (10, 0, 16, [])
+    with Store(tmp_path / "ws2") as store:
+        stats = CallStats()
+        spec = spec.model_copy(update={"batch": spec.batch.model_copy(update={"retries": 0})})
+        server.expire_after = 3
+        out = run_requests(store, build_engine(spec), requests, stats=stats, show_progress=False)
+    assert sum(c is None for c in out) == 7 and (stats.ok, stats.failed) == (3, 7)
+    assert len(stats.errors) == 7 and sum("batch_expired" in e for e in stats.errors) == 7

@@ -158,6 +158,7 @@ class _Runner:
         self.progress, self.label = progress, label
         self.clients: dict[str, AsyncOpenAI] = {}
         self.todo: Todo = {}
+        self.errors: dict[str, str] = {}  # the last error of each call that failed in a job
 
     async def run(self, todo: Todo) -> Todo:
         self.todo = todo
@@ -178,6 +179,8 @@ class _Runner:
         if self.settings.failed == "sync":
             self.stats.failed -= len(pending)  # sent again one request each, and counted there
             return pending
+        room = max(0, 20 - len(self.stats.errors))
+        self.stats.errors.extend(self.errors[k] for k in list(pending)[:room])  # the calls that stay failed
         return {}
 
     # ---- the workspace's records ------------------------------------------------------------------------------
@@ -380,8 +383,7 @@ class _Runner:
         self.results[key] = comp
         if comp is None:
             stats.failed += 1
-            if len(stats.errors) < 20:
-                stats.errors.append(str(row["error"]))
+            self.errors[key] = str(row["error"])
             return
         stats.ok += 1
         stats.empty += is_empty(comp)
