@@ -61,6 +61,7 @@ docs: $(STAMP)
 # is `make docs`
 bench: $(STAMP)
 	$(PY) benchmarks/bench_battle_stage.py --repeat 3
+	$(PY) benchmarks/bench_batch.py
 	$(PY) benchmarks/bench_import_grades.py
 	$(PY) benchmarks/bench_openai_engine.py
 	$(PY) benchmarks/bench_ratings.py

@@ -354,6 +354,25 @@ def scripted_server():
         s.close()
 
 
+@pytest.fixture
+def batch_server(scripted_server):
+    """Start local Files and Batches doubles (tests/batch_server.py) over scripted models: ``batch_server(script,
+    **options)`` -> (the BatchServer, its base URL, the ScriptedServer behind it); each is closed after the test."""
+    from .batch_server import BatchServer
+
+    started: list[ThreadServer] = []
+
+    def start(script: Script | list[Script], **options: Any) -> tuple[BatchServer, str, ScriptedServer]:
+        upstream = scripted_server(script)
+        server = BatchServer(upstream.url, **options)
+        started.append(ThreadServer(server.app))
+        return server, started[-1].url, upstream
+
+    yield start
+    for s in started:
+        s.close()
+
+
 @dataclass
 class TrainedFlywheel:
     """A flywheel run to its end once per test session: its config, workspace, ``--json`` report and rates file."""

@@ -134,7 +134,8 @@ CURATE = {"testset.yaml": "testset", "paper-testset.yaml": "testset", "pool.yaml
 # paper-scale reads the JSONL test set that `arena testset build examples/paper-testset.yaml` writes at scale;
 # planned here on the task suite instead (the prompts' source is all that changes)
 PLAN_SETS = {"paper-scale.yaml": ["--set", "prompts=null", "--set", "tasks.n=9"],
-             "rate-endpoints.yaml": ["--set", "prompts=null", "--set", "tasks.n=9"]}  # on its data: test_guides.py
+             "rate-endpoints.yaml": ["--set", "prompts=null", "--set", "tasks.n=9"],  # on its data: test_guides.py
+             "batch-judge.yaml": ["--set", "prompts=null", "--set", "tasks.n=9"]}
 # paper-flywheel plans on the stored test set and nine slices the paper-testset and paper-pool builds leave:
 # test_examples_scale.py builds them from public data and checks that plan (a slow test); loaded here
 PLANNED_ELSEWHERE = {"paper-flywheel.yaml", "flywheel-my-model.yaml"}  # and the guide's: test_guides.py

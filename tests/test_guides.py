@@ -32,12 +32,13 @@ from .doc_commands import code_blocks, expand, options, page_commands, resolve
 ROOT = Path(__file__).resolve().parent.parent
 GUIDES = ROOT / "docs" / "guides"
 EXAMPLES = ROOT / "examples"
-PAGES = ["rate-endpoints.md", "logs-to-testset.md", "flywheel-my-model.md", "read-a-leaderboard.md"]
+PAGES = ["rate-endpoints.md", "logs-to-testset.md", "flywheel-my-model.md", "read-a-leaderboard.md", "batch.md"]
 CONFIGS: dict[str, list[tuple[str, type]]] = {
     "rate-endpoints.md": [("rate-endpoints.yaml", RunConfig)],
     "logs-to-testset.md": [("logs-testset.yaml", TestsetConfig), ("logs-pool.yaml", PoolConfig)],
     "flywheel-my-model.md": [("flywheel-my-model.yaml", FlywheelConfig)],
     "read-a-leaderboard.md": [],
+    "batch.md": [("batch-judge.yaml", RunConfig)],
 }
 SHAREGPT = ("sharegpt_sample", "dummy_conversation.json")
 

@@ -34,6 +34,7 @@ FORBIDDEN = {
     # the stages: below the flywheel, the report, the planner and the CLI
     "pipeline": {"cli", "report", "flywheel", "plan", "scale"},
     "plan": {"cli", "report", "flywheel", "scale"},
+    "offline_batch": {"cli", "report", "flywheel", "plan", "scale"},
 }
 
 

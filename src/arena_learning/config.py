@@ -200,6 +200,31 @@ class VoteSpec(Section):
         return self
 
 
+class BatchSpec(Section):
+    """Batch mode of an endpoint model (``engine: openai``): a stage's calls as Batch API jobs (``engines/batch.py``).
+
+    The calls the ledger lacks are written as JSONL in the Batch API's format, uploaded through the Files API and
+    run as batch jobs, polled until done; their replies fill the same ledger keys a synchronous call would (a rerun
+    with batch mode on or off asks nothing again). A run stopped while a job is open finds it again and waits for
+    it; it never submits the same calls twice.
+    """
+
+    enabled: bool = Field(False, description="send the model's calls as batch jobs instead of one request each")
+    window: str = Field("24h", pattern=r"^[1-9][0-9]*h$", description="the completion window of each job (OpenAI "
+                        "accepts 24h only); a job not done in it expires, and what it finished is kept")
+    max_requests: int = Field(50_000, ge=1, description="calls per job at most (OpenAI: 50,000); a stage with more "
+                              "is split into several jobs")
+    max_bytes: int = Field(100_000_000, ge=1_000, description="bytes of one job's input file at most (OpenAI: "
+                           "100 MB on older accounts, 200 MB now)")
+    poll_s: float = Field(30.0, gt=0, description="seconds between two looks at the open jobs")
+    failed: Literal["retry_batch", "sync"] = Field(
+        "retry_batch", description="what becomes of the calls that failed inside a job (an error line, an expired "
+        "or cancelled job): retry_batch, asked again in a new job (up to `retries` times); sync, asked again at once "
+        "one request each, as without batch mode")
+    retries: int = Field(1, ge=0, le=10, description="retry_batch: new jobs for the calls still failing; then they "
+                         "are failed calls in the ledger, retried on the next run")
+
+
 _ENGINE_HELP = " or ".join(
     [", ".join(f"{k.name} ({k.summary})" for k in list(ENGINE_KINDS.values())[:-1]),
      *(f"{k.name} ({k.summary})" for k in list(ENGINE_KINDS.values())[-1:])])
@@ -293,6 +318,10 @@ class ModelSpec(Section):
         None, ge=1, description="openai: tokens per minute per endpoint; a request counts its prompt (estimated) "
         "plus max_tokens until its usage comes back"
     )
+    # exclude=True as parallel: how the calls are sent, not what the model answers (keys and identities unchanged)
+    batch: BatchSpec = Field(default_factory=BatchSpec, exclude=True, description="openai: send the calls as "
+                             "Batch API jobs (half the price on hosted APIs, within a window of hours): "
+                             "docs/guides/batch.md")
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = Field(
         "max_tokens", description="openai: the request field params.max_tokens is sent as; reasoning models "
         "(o1-style) take max_completion_tokens, which bounds reasoning and answer together"
@@ -342,6 +371,7 @@ class ModelSpec(Section):
             raise ValueError(f"model {self.name!r}: engine 'openai' needs base_url")
         endpoint_only = [k for k in ("rpm", "tpm") if getattr(self, k)]
         endpoint_only += ["max_tokens_field"] if self.max_tokens_field != "max_tokens" else []
+        endpoint_only += ["batch"] if self.batch.enabled else []
         if self.system_prompt and self.engine == "llamacpp" and self.mode == "chat" and self.chat_format == "gemma":
             raise ValueError(f"model {self.name!r}: llama.cpp's 'gemma' chat format drops system messages, so "
                              f"system_prompt would be lost; give a chat_template that places it (Gemma's own puts it "

@@ -41,7 +41,8 @@ SCHEMA_VERSION = 4
 """Version of the tables below, kept in SQLite's ``user_version``. 0/1: release 0.1.0 (answers,
 judgments and battles keyed without a set); 2: keyed by set, ledger rows record who asked;
 3: single-answer grades stored once (``grades``; a version-2 workspace reads as one without);
-4: ledger rows record their stage, batch flag and price (``CALL_COLUMNS``; older rows hold NULL)."""
+4: ledger rows record their stage, batch flag and price (``CALL_COLUMNS``; older rows hold NULL); batch jobs and
+the calls they hold (``batches``, ``batch_calls``; a version-3 workspace reads as one without)."""
 
 DEFAULT_SET = "test"
 """The set a run's test prompts are stored as; answers, judgments and battles default to it."""
@@ -125,6 +126,23 @@ CREATE TABLE IF NOT EXISTS votes (
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS batches (
+    id TEXT PRIMARY KEY,           -- deterministic: a hash of the model and its calls' ledger keys
+    model TEXT NOT NULL,           -- the contestant or judge (config name) whose calls it holds
+    endpoint TEXT NOT NULL,        -- where it went: a batch endpoint's URL, or 'file:' and an exported file
+    file_id TEXT,                  -- the uploaded input file, once the upload returned
+    batch_id TEXT,                 -- the batch job, once its creation returned
+    status TEXT NOT NULL,          -- 'open' until its results are in the ledger, then the job's last status
+    counts TEXT,                   -- the job's request counts (JSON)
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS batch_calls (
+    batch TEXT NOT NULL,           -- batches.id
+    key TEXT NOT NULL,             -- the call's ledger key (the line's custom_id)
+    call TEXT NOT NULL,            -- what its ledger row needs (JSON): engine, model, request, how to read a reply
+    PRIMARY KEY (batch, key)
 );
 """
 
@@ -231,6 +249,21 @@ class CallRecord:
     def response(self) -> dict[str, Any] | None:
         """Return the response, decoded on first use (the ledger road validates ``response_json`` directly)."""
         return json.loads(self.response_json) if self.response_json else None
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """A batch job as the workspace records it: its calls are in ``batch_calls`` (``Store.batch_calls``)."""
+
+    id: str  # deterministic: the same calls of the same model make the same id
+    model: str  # the contestant or judge (config name) whose calls it holds
+    endpoint: str  # the batch endpoint's URL, or 'file:' and the path of an exported file
+    file_id: str | None
+    batch_id: str | None
+    status: str  # 'open' until its results are in the ledger, then the job's last status
+    counts: dict[str, int]
+    created_at: float
+    calls: int
 
 
 class WorkspaceLocked(ArenaError):
@@ -504,6 +537,67 @@ class Store:
         """Return the number of ledger rows by status."""
         return dict(self.db.execute("SELECT status, COUNT(*) FROM calls GROUP BY status").fetchall())
 
+    # ---- batch jobs -------------------------------------------------------------
+    def add_batch(self, batch: str, model: str, endpoint: str, calls: Iterable[tuple[str, str]]) -> None:
+        """Record the batch ``batch`` (open) and its (ledger key, call JSON) ``calls``, in one transaction.
+
+        Written before anything is uploaded, so a run killed at any later moment finds the batch again. A batch
+        recorded already keeps its row (and ids); its calls are added to.
+        """
+        now = time.time()
+        with self._tx():
+            self.db.execute(
+                "INSERT INTO batches (id, model, endpoint, status, created_at, updated_at) VALUES (?,?,?,'open',?,?) "
+                "ON CONFLICT(id) DO NOTHING", (batch, model, endpoint, now, now))
+            self.db.executemany("INSERT OR IGNORE INTO batch_calls (batch, key, call) VALUES (?,?,?)",
+                                ((batch, k, c) for k, c in calls))
+
+    def update_batch(self, batch: str, *, file_id: str | None = None, batch_id: str | None = None,
+                     status: str | None = None, counts: dict[str, int] | None = None) -> None:
+        """Set what is given of ``batch``'s input file, job id, status and request counts."""
+        sets = {"file_id": file_id, "batch_id": batch_id, "status": status,
+                "counts": None if counts is None else json.dumps(counts)}
+        given = {k: v for k, v in sets.items() if v is not None}
+        if not given:
+            return
+        with self._tx():
+            # the column names are the literals above, never user text
+            self.db.execute(f"UPDATE batches SET {', '.join(f'{k}=?' for k in given)}, updated_at=? WHERE id=?",
+                            (*given.values(), time.time(), batch))
+
+    def get_batches(self, status: str | None = None, endpoint_prefix: str = "") -> list[BatchRecord]:
+        """Return the batches recorded here (with ``status``; whose endpoint starts with ``endpoint_prefix``), oldest
+        first."""
+        if not self._has_table("batches"):  # a version-3 workspace opened read-only
+            return []
+        sql = ("SELECT b.id, b.model, b.endpoint, b.file_id, b.batch_id, b.status, b.counts, b.created_at, "
+               "(SELECT COUNT(*) FROM batch_calls c WHERE c.batch = b.id) FROM batches b "
+               "WHERE substr(b.endpoint, 1, ?) = ?")
+        args: list[Any] = [len(endpoint_prefix), endpoint_prefix]
+        if status is not None:
+            sql, args = sql + " AND b.status = ?", [*args, status]
+        rows = self.db.execute(sql + " ORDER BY b.created_at, b.rowid", args)
+        return [BatchRecord(i, m, e, f, b, s, json.loads(c) if c else {}, t, n) for i, m, e, f, b, s, c, t, n in rows]
+
+    def batch_calls(self, batch: str) -> dict[str, str]:
+        """Return the calls of ``batch``: ledger key -> call JSON, in the order recorded."""
+        rows = self.db.execute("SELECT key, call FROM batch_calls WHERE batch=? ORDER BY rowid", (batch,))
+        return dict(rows.fetchall())
+
+    def find_batch_calls(self, keys: Sequence[str], endpoint_prefix: str = "") -> dict[str, str]:
+        """Return ledger key -> call JSON for the ``keys`` that a batch recorded here holds (the latest batch's)."""
+        if not self._has_table("batch_calls"):
+            return {}
+        found: dict[str, str] = {}
+        for start in range(0, len(keys), 500):
+            chunk = list(keys[start: start + 500])
+            rows = self.db.execute(
+                f"SELECT c.key, c.call FROM batch_calls c JOIN batches b ON b.id = c.batch "
+                f"WHERE c.key IN ({','.join('?' * len(chunk))}) AND substr(b.endpoint, 1, ?) = ? "
+                f"ORDER BY b.created_at, c.rowid", [*chunk, len(endpoint_prefix), endpoint_prefix])
+            found.update(rows.fetchall())
+        return found
+
     # ---- artifacts --------------------------------------------------------------
     def put_prompts(self, set_name: str, prompts: Sequence[Prompt]) -> None:
         """Store ``prompts`` as the set ``set_name``, replacing what it held."""
@@ -734,6 +828,14 @@ class Store:
 
     def _size(self) -> int:
         return sum(p.stat().st_size for p in (self.path, self.path.with_name("arena.db-wal")) if p.exists())
+
+    def copy_to(self, path: str | Path) -> None:
+        """Write a consistent copy of the workspace's database to ``path`` (SQLite's online backup)."""
+        dest = sqlite3.connect(path)
+        try:
+            self.db.backup(dest)
+        finally:
+            dest.close()
 
     def set_meta(self, key: str, value: Any) -> None:
         with self._tx():

@@ -673,6 +673,7 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the repo
 def _register_extensions() -> None:
     # the command modules get the app through this call: none of them imports cli.main
     from .audit import register as register_audit
+    from .batch import register as register_batch
     from .curate import register as register_curate
     from .flywheel import register as register_flywheel
     from .models import register as register_models
@@ -686,7 +687,7 @@ def _register_extensions() -> None:
 
     for register in (register_rating, register_curate, register_audit, register_view, register_scores,
                      register_flywheel, register_plan, register_peers, register_models, register_prompt_board,
-                     register_votes):
+                     register_votes, register_batch):
         register(app)
 
 

@@ -46,8 +46,10 @@ from typing import Any
 
 from ..progress import Track, tracking
 from ..store import Store, call_key_json, canonical_json
+from . import batch
 from .base import CallFailed, Completion, Engine, Request
 from .reasoning import split_reasoning
+from .replies import KEPT_EMPTY, empty_error, is_empty, is_truncated
 from .spend import call_cost, current_guard, current_stage, upper_bound
 
 
@@ -85,25 +87,6 @@ class CallStats:
         self.errors.extend(other.errors[:20])
 
 
-def is_empty(comp: Completion) -> bool:
-    """Return whether ``comp`` has no answer in it (no text, or whitespace only)."""
-    return not comp.text or comp.text.isspace()
-
-
-def is_truncated(comp: Completion) -> bool:
-    """Return whether ``comp`` was cut off at max_tokens."""
-    return comp.finish_reason == "length"
-
-
-def empty_error(comp: Completion) -> str:
-    """Return the ledger's error message for an empty completion."""
-    if comp.reasoning:
-        return (f"no answer after {len(comp.reasoning)} characters of reasoning (finish_reason="
-                f"{comp.finish_reason or 'none'}): raise max_tokens if it ran out; retried on the next run")
-    return (f"empty completion (finish_reason={comp.finish_reason or 'none'}): no text came back; "
-            "retried on the next run")
-
-
 def request_key(engine: Engine, request: Request) -> str:
     """Return the ledger key of ``request`` on ``engine``."""
     return call_key_json(engine.kind, engine.model_id, canonical_json(engine.key_params(request)),
@@ -112,10 +95,6 @@ def request_key(engine: Engine, request: Request) -> str:
 
 EMPTY_BACKOFF_S = 0.5
 """The first wait before asking an empty reply again within the run (then doubling)."""
-
-KEPT_EMPTY = "empty reply kept as the model's answer"
-"""The note in a success row's ``error`` that marks an empty reply kept after its retries."""
-
 
 FLUSH_DELAY_S = 0.02
 """How long a finished call may wait for others to share its commit (what a killed process can lose)."""
@@ -225,6 +204,9 @@ async def arun_requests(
             todo[key] = (req, params)
     if demote:
         store.demote_calls(demote)
+    if todo and batch.routed(engine):  # batch mode (or arena batch export): the calls go as batch jobs
+        todo = await batch.run_batches(store, engine, todo, results, stats, progress=progress, label=label,
+                                       commits=_COMMITS)
 
     writer = _LedgerWriter(store)
     stage = current_stage()

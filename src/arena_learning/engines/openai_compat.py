@@ -155,6 +155,16 @@ class OpenAIEngine(Engine):
             return f"{head[:-1]},{request.payload_json()[1:]}".encode()
         return json.dumps(body, ensure_ascii=False).encode()
 
+    def wire(self, request: Request) -> tuple[str, bytes]:
+        """Return the path under the base URL (``/chat/completions`` or ``/completions``) and the JSON body that
+        ``complete`` sends for ``request``: a batch job's line holds the same (``engines.batch``)."""
+        path, body = self._body(request)
+        return path, self._encode(body, request)
+
+    def reading(self) -> dict[str, bool]:
+        """Return how a reply's body is read back into a Completion (``parse_completion``'s settings)."""
+        return {"strip": self.spec.mode == "completion" and self.spec.prompt_format.strip_answer}
+
     async def complete(self, request: Request) -> Completion:
         import aiohttp
 
@@ -207,25 +217,37 @@ class OpenAIEngine(Engine):
     def _parse(self, raw: bytes, path: str, latency: float, base_url: str) -> Completion:
         try:
             data = json.loads(raw)
-            choice = data["choices"][0]
-            text = choice["message"]["content"] if path == "/chat/completions" else choice["text"]
-        except (ValueError, KeyError, IndexError, TypeError) as err:
+        except ValueError as err:
             raise CallFailed(f"malformed response from {base_url}{path}: {raw[:200]!r}") from err
-        usage = data.get("usage") or {}
-        message = choice.get("message") or {}
-        reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
-        details = usage.get("completion_tokens_details") or {}
-        if self.spec.mode == "completion" and self.spec.prompt_format.strip_answer and text:
-            text = text.strip()
-        return Completion(
-            text=text or "",
-            tokens_in=usage.get("prompt_tokens", 0) or 0,
-            tokens_out=usage.get("completion_tokens", 0) or 0,
-            latency_s=latency,
-            finish_reason=choice.get("finish_reason"),
-            reasoning=reasoning if isinstance(reasoning, str) else json.dumps(reasoning),
-            reasoning_tokens=details.get("reasoning_tokens", 0) or 0,
-        )
+        try:
+            return parse_completion(data, chat=path == "/chat/completions", latency=latency, **self.reading())
+        except CallFailed:
+            raise CallFailed(f"malformed response from {base_url}{path}: {raw[:200]!r}") from None
+
+
+def parse_completion(data: Any, *, chat: bool, strip: bool = False, latency: float = 0.0) -> Completion:
+    """Return the Completion in a chat/completions (``chat``) or completions reply's decoded JSON body; CallFailed
+    when it holds none. ``strip``: strip whitespace around the text (a completion-mode model's answer)."""
+    try:
+        choice = data["choices"][0]
+        text = choice["message"]["content"] if chat else choice["text"]
+    except (KeyError, IndexError, TypeError) as err:
+        raise CallFailed(f"a reply with no completion in it: {json.dumps(data)[:200]}") from err
+    usage = data.get("usage") or {}
+    message = choice.get("message") or {}
+    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+    details = usage.get("completion_tokens_details") or {}
+    if strip and text:
+        text = text.strip()
+    return Completion(
+        text=text or "",
+        tokens_in=usage.get("prompt_tokens", 0) or 0,
+        tokens_out=usage.get("completion_tokens", 0) or 0,
+        latency_s=latency,
+        finish_reason=choice.get("finish_reason"),
+        reasoning=reasoning if isinstance(reasoning, str) else json.dumps(reasoning),
+        reasoning_tokens=details.get("reasoning_tokens", 0) or 0,
+    )
 
 
 class _Malformed(Exception):

@@ -264,6 +264,8 @@ class RayBackend:
     def engine(self, spec: ModelSpec) -> Engine:
         if not spec.engine_kind.makes_calls:
             raise EngineError(f"model {spec.name!r} is {spec.engine}: it has no engine to run")
+        if spec.batch.enabled:  # its calls go as batch jobs, sent from here: an actor would send them one by one
+            return engine_class(spec)(spec)
         res = self.resources(spec)
         key = (spec.engine, spec.model, tuple(spec.base_urls), res.replicas, res.num_cpus, res.num_gpus)
         if key not in self.pools:
