@@ -286,3 +286,29 @@ def test_the_call_counts_name_only_the_calls_that_stay_failed(tmp_path, batch_se
         out = run_requests(store, build_engine(spec), requests, stats=stats, show_progress=False)
     assert sum(c is None for c in out) == 7 and (stats.ok, stats.failed) == (3, 7)
     assert len(stats.errors) == 7 and sum("batch_expired" in e for e in stats.errors) == 7
+
+
+def priced(cfg, limit=None):
+    """``cfg`` with the judge priced ($2 / $8 per 1M tokens in / out; batch at half) and, given, a spend limit."""
+    cfg["judge"]["model"].update(price_in=2.0, price_out=8.0)
+    return {**cfg, "spend_limit": {"usd": limit}} if limit is not None else cfg
+
+
+def test_batch_calls_are_priced_at_the_batch_price_and_held_under_the_spend_limit(tmp_path, batch_server):
+    from arena_learning.errors import SpendLimitReached
+
+    server, url, upstream = batch_server(judge)
+    ws = make_workspace(tmp_path / "ws")
+    # each of the 180 calls is held at max_tokens before its job is created: a limit below one job's bound stops
+    # the stage before anything is sent, and the jobs stay recorded for the next run
+    with pytest.raises(SpendLimitReached, match="spend limit reached"):
+        battle(priced(config(url, max_requests=50), limit=0.0001), ws)
+    assert server.counts()["created"] == 0 and upstream.requests == 0
+    battle(priced(config(url, max_requests=50), limit=100.0), ws)
+    assert server.counts()["created"] == 4 and server.counts()["duplicates"] == 0
+    with Store(ws, readonly=True) as store:
+        rows = store.spend_rows()
+    (row,) = rows  # one group: the judge's batch calls of the battle stage
+    assert row["batch"] and row["calls"] == 180 and row["stage"].startswith("battles")
+    paid = (row["tokens_in"] * 2.0 + row["tokens_out"] * 8.0) / 1e6 * 0.5
+    assert row["usd"] == pytest.approx(paid, rel=1e-9) and paid > 0

@@ -34,6 +34,7 @@ from ..store import BatchRecord, Store
 from .base import Completion, Engine, Request
 from .batch_lines import BATCH_URLS, BatchCall, ReplyLine, batch_call, read_replies, request_line, settle
 from .replies import is_empty, is_truncated
+from .spend import call_cost, check_spend, current_stage, settle_spend, upper_bound
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -118,6 +119,7 @@ class Job:
     file_id: str | None = None
     advance: Advance | None = None
     seen: int = 0  # lines the job reported done (completed + failed), for the progress bar
+    held_usd: float = 0.0  # held against the spend limit (its calls at max_tokens, batch price) until it ends
 
     @property
     def url(self) -> str:
@@ -165,6 +167,7 @@ class _Runner:
         pending = dict(todo)
         for attempt in range(self.settings.retries + 1):
             jobs = self._resumed(pending) + await self._planned(pending)
+            self._hold(jobs)
             # every upload and creation settles (and its id is stored) before the first error is raised
             for error in await asyncio.gather(*(self._submit(job) for job in jobs), return_exceptions=True):
                 if isinstance(error, BaseException):
@@ -222,6 +225,19 @@ class _Runner:
                                      len(chunk))
                 jobs.append(Job(record, {k: c for k, c, _ in chunk}, lines=[line for _, _, line in chunk]))
         return jobs
+
+    def _hold(self, jobs: list[Job]) -> None:
+        """Hold each job not yet submitted against the run's spend limit (``spend_limit``): its calls at their
+        max_tokens, at the batch price; a job that could pass it stops the stage before anything of it is sent
+        (raises ``SpendLimitReached``; the job stays recorded and is sent by a run with a higher limit)."""
+        spec = self.engine.spec
+        share = spec.batch_price if spec.batch_price is not None else 1.0
+        for job in jobs:
+            if job.batch_id is not None:  # sent by an earlier run: paid whatever happens now
+                continue
+            bound = sum(upper_bound(self.engine, self.todo[k][0]) for k in job.calls if k in self.todo) * share
+            check_spend(bound)
+            job.held_usd = bound
 
     # ---- the Files and Batches APIs ---------------------------------------------------------------------------
     def _client(self, url: str) -> AsyncOpenAI:
@@ -342,6 +358,8 @@ class _Runner:
         rows, failed = self._settle(job, [line for text in texts for line in read_replies(text)],
                                     missing=why or "no reply in the job's files")
         await self._db(self.store.record_calls, rows)
+        settle_spend(job.held_usd, sum(r.get("cost_usd") or 0.0 for r in rows))
+        job.held_usd = 0.0
         counts = batch.request_counts.model_dump() if batch.request_counts is not None else None
         await self._db(self.store.update_batch, job.record.id, status=batch.status, counts=counts)
         if job.advance is not None and len(job.calls) > job.seen:
@@ -352,6 +370,8 @@ class _Runner:
         """A job the endpoint no longer knows: its calls failed (asked again), its record closed as lost."""
         rows, failed = self._settle(job, [], missing=f"batch {job.batch_id} is unknown to {job.record.endpoint}")
         await self._db(self.store.record_calls, rows)
+        settle_spend(job.held_usd, 0.0)
+        job.held_usd = 0.0
         await self._db(self.store.update_batch, job.record.id, status="lost")
         return failed
 
@@ -364,6 +384,9 @@ class _Runner:
                 continue  # not this job's (or a second reply to one call): nothing to write
             replied.add(line.custom_id)
             row, comp = settle(line.custom_id, call, line)
+            row.update(stage=current_stage(), batch=True)
+            if comp is not None:
+                row["cost_usd"] = call_cost(self.engine.spec, comp.tokens_in, comp.tokens_out, batch=True)
             rows.append(row)
             self._count(line.custom_id, comp, row)
             if comp is None:
@@ -371,7 +394,8 @@ class _Runner:
         for key, call in job.calls.items():
             if key not in replied:
                 row = {"key": key, "engine": call.engine, "model": call.model, "requested_by": call.requested_by,
-                       "request_json": call.request_json, "status": "error", "error": f"batch line failed: {missing}"}
+                       "request_json": call.request_json, "status": "error", "error": f"batch line failed: {missing}",
+                       "stage": current_stage(), "batch": True}
                 rows.append(row)
                 self._count(key, None, row)
                 failed.add(key)
