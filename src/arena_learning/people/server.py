@@ -15,12 +15,10 @@ makes a resubmission count once.
 
 from __future__ import annotations
 
-import base64
 import hmac
 import http.server
 import json
 import os
-import secrets
 import socket
 import threading
 import time
@@ -30,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
+from cryptography.fernet import Fernet, InvalidToken
 
 from ..errors import ArenaError
 from ..httpd import ThreadedServer
@@ -58,33 +57,20 @@ class BadRequest(ArenaError):
 
 
 # ---- sealed items -------------------------------------------------------------------------------
-
-
-def _stream(key: bytes, nonce: bytes, n: int) -> bytes:
-    blocks = (hmac.digest(key, b"enc" + nonce + k.to_bytes(4, "big"), "sha256") for k in range(-(-n // 32)))
-    return b"".join(blocks)[:n]
+# Fernet (AES-128-CBC with an HMAC-SHA256 tag, from `cryptography`): the page holds an item it cannot read or forge
 
 
 def seal(key: bytes, payload: dict[str, Any]) -> str:
-    """Return ``payload`` encrypted (an HMAC-SHA256 key stream) and authenticated (HMAC-SHA256, encrypt then MAC)."""
-    data = json.dumps(payload, separators=(",", ":")).encode()
-    nonce = secrets.token_bytes(16)
-    body = nonce + bytes(x ^ y for x, y in zip(data, _stream(key, nonce, len(data))))
-    tag = hmac.digest(key, b"mac" + body, "sha256")[:16]
-    return base64.urlsafe_b64encode(body + tag).decode().rstrip("=")
+    """Return ``payload`` encrypted and authenticated with the workspace's key (a Fernet token)."""
+    return Fernet(key).encrypt(json.dumps(payload, separators=(",", ":")).encode()).decode()
 
 
 def unseal(key: bytes, token: str) -> dict[str, Any]:
     """Return the payload of a sealed token; BadRequest for one this key did not seal."""
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-    except (ValueError, TypeError):
+        payload: dict[str, Any] = json.loads(Fernet(key).decrypt(token.encode()))
+    except (InvalidToken, ValueError, TypeError):
         raise BadRequest("the item is not one this page showed") from None
-    body, tag = raw[:-16], raw[-16:]
-    if len(raw) < 33 or not hmac.compare_digest(tag, hmac.digest(key, b"mac" + body, "sha256")[:16]):
-        raise BadRequest("the item is not one this page showed")
-    nonce, data = body[:16], body[16:]
-    payload: dict[str, Any] = json.loads(bytes(x ^ y for x, y in zip(data, _stream(key, nonce, len(data)))))
     return payload
 
 
@@ -94,10 +80,10 @@ def workspace_key(root: Path) -> bytes:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        return bytes.fromhex(path.read_text().strip())
-    key = secrets.token_bytes(32)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(key.hex())
+        return path.read_bytes().strip()
+    key = Fernet.generate_key()
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key)
     return key
 
 
