@@ -83,6 +83,17 @@ def test_a_vote_is_stored_once_and_undo_retracts_it(tmp_path):
         assert store.get_votes() == [] and store.get_votes(retracted=True)[0].retracted
 
 
+def test_forgetting_a_model_drops_the_votes_on_its_answers_and_keeps_the_rest(tmp_path):
+    build_workspace(tmp_path)
+    kept = vote(Item("test", "p1", "m1", "m2"), "a", "ann", 1)
+    with Store(tmp_path) as store:
+        for v in (vote(Item("test", "p1", "m0", "m1"), "a", "ann", 0), kept,
+                  vote(Item("test", "p2", "m2", "m0"), "b", "bob", 2)):
+            store.record_vote(v)
+        assert store.forget_model("m0")["votes"] == 2  # its answers go, so the votes on them go
+        assert store.get_votes() == [kept]
+
+
 def test_a_workspace_made_before_votes_gains_the_table_and_reads_empty(tmp_path):
     build_workspace(tmp_path)
     db = sqlite3.connect(tmp_path / "arena.db")

@@ -788,7 +788,8 @@ class Store:
         return {r[0] for r in rows} | {r[0] for r in graded}
 
     def forget_model(self, name: str) -> dict[str, int]:
-        """Drop a model's answers, the judgments and battles it took part in, and the ledger calls it made.
+        """Drop a model's answers, the judgments, battles and people's votes it took part in, and the ledger calls
+        it made.
 
         Ledger rows are found by who asked (``requested_by``); rows of a workspace made before
         that column existed are not attributable and stay (counted under ``ledger_unattributed``).
@@ -801,6 +802,9 @@ class Store:
             counts["battles"] = self.db.execute(
                 "DELETE FROM battles WHERE model_a=? OR model_b=?", (name, name)).rowcount
             counts["grades"] = self.db.execute("DELETE FROM grades WHERE model=?", (name,)).rowcount
+            # people's votes were on its answers, which go: a model retrained under the name is voted on anew
+            counts["votes"] = self.db.execute(
+                "DELETE FROM votes WHERE model_a=? OR model_b=?", (name, name)).rowcount
             counts["ledger"] = self.db.execute("DELETE FROM calls WHERE requested_by=?", (name,)).rowcount
             counts["ledger_unattributed"] = self.db.execute(
                 "SELECT COUNT(*) FROM calls WHERE requested_by IS NULL").fetchone()[0]

@@ -593,7 +593,7 @@ def forget(
     workspace: Annotated[Path, typer.Argument(help="workspace directory")],
     model: Annotated[list[str], typer.Option("--model", "-m", help="model (config name) to forget; repeatable")],
 ) -> None:
-    """Forget models: drop their answers, the judgments and battles they took part in, and the ledger calls they made.
+    """Forget models: drop their answers, the judgments, battles and votes they took part in, and their ledger calls.
 
     The next run asks those models again (a model retrained elsewhere, a wrong prompt format). Other
     models' answers and the judge's cached verdicts on other pairs stay.
@@ -607,7 +607,7 @@ def forget(
         for name in model:
             n = store.forget_model(name)
             err_console.print(f"forgot {name}: {n['answers']} answers, {n['judgments']} judgments, {n['battles']} "
-                              f"battles, {n['ledger']} ledger calls", highlight=False)
+                              f"battles, {n['votes']} votes, {n['ledger']} ledger calls", highlight=False)
             if n["ledger_unattributed"]:
                 err_console.print(f"[yellow]{n['ledger_unattributed']} ledger calls predate who-asked records and "
                                   "were kept", highlight=False)
