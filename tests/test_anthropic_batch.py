@@ -70,6 +70,19 @@ def test_message_batches_give_the_synchronous_verdicts_and_keys_in_several_batch
     assert server.counts() == {"created": 4, "requests": CALLS, "duplicates": 0}
 
 
+def test_a_batch_that_could_pass_the_spend_limit_is_not_created(tmp_path, messages_server):
+    from arena_learning.errors import SpendLimitReached
+
+    server = messages_server(judge)
+    ws = make_workspace(tmp_path / "limit")
+    # each call held at its max_tokens bound, at the batch price, before its batch is created
+    with pytest.raises(SpendLimitReached, match="spend limit reached"):
+        battle({**config(server.base_url, max_requests=50), "spend_limit": {"usd": 0.0001}}, ws)
+    assert server.counts() == {"created": 0, "requests": 0, "duplicates": 0}
+    battle({**config(server.base_url, max_requests=50), "spend_limit": {"usd": 100.0}}, ws)
+    assert server.counts() == {"created": 4, "requests": CALLS, "duplicates": 0}
+
+
 def test_a_stage_is_split_under_the_byte_limit_too(tmp_path, messages_server, synchronous):
     verdicts, _ = synchronous
     server = messages_server(judge)

@@ -6,11 +6,14 @@ its calls (ledger keys) before anything is uploaded; then, through the official 
 input file is uploaded (Files API), the job created (Batches API) with its record's id in ``metadata``, and each
 id stored as its call returns. The open jobs are polled every ``batch.poll_s``; a finished job's output and
 error files are read back into the ledger under the keys a synchronous call has (``engines.batch_lines``).
+That is ``OpenAIJobs``; an ``engine: anthropic`` model's jobs are Message Batches (``engines.anthropic_batch``):
+the runner is one, each provider's endpoints a small ``JobsApi``.
 
 Killed at any moment, a rerun finds its open jobs in the workspace and waits for them: by the stored job id, or,
 killed between the creation and its storing, by listing the jobs and matching the id in their metadata. Nothing
-is submitted twice. The calls a job failed (error lines; the rest of an expired, cancelled or failed job) are
-asked again in a new job (``failed: retry_batch``, ``retries`` times) or one request each (``failed: sync``).
+is submitted twice (a Message Batch has no metadata: there, that one window submits it again). The calls a job
+failed (error lines; the rest of an expired, cancelled or failed job) are asked again in a new job (``failed:
+retry_batch``, ``retries`` times) or one request each (``failed: sync``).
 
 ``capturing`` turns the road into a recorder instead (``arena batch export``): every uncached call is noted,
 none is sent, and each comes back failed, so a stage run on a scratch copy of the workspace lists exactly what
