@@ -373,6 +373,23 @@ def batch_server(scripted_server):
         s.close()
 
 
+@pytest.fixture
+def messages_server():
+    """Start local stand-ins for Anthropic's Messages and Message Batches endpoints (tests/anthropic_server.py):
+    ``messages_server(script, **options)`` -> the MessagesServer; each is closed after the test."""
+    from .anthropic_server import MessagesServer
+
+    servers: list[MessagesServer] = []
+
+    def start(script: Script, **options: Any) -> MessagesServer:
+        servers.append(MessagesServer(script, **options))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
 @dataclass
 class TrainedFlywheel:
     """A flywheel run to its end once per test session: its config, workspace, ``--json`` report and rates file."""

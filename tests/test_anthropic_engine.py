@@ -5,10 +5,6 @@ answers in the API's shape: answers, usage and spend in the ledger, retries, fai
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
-import uuid
-from typing import Any
 
 import pytest
 
@@ -21,91 +17,14 @@ from arena_learning.engines.calls import CallStats, arun_requests
 from arena_learning.errors import ConfigError, EngineError
 from arena_learning.store import Store
 
-from .conftest import Reply, ThreadServer
+from .anthropic_server import MessagesServer
+from .conftest import Reply
 from .test_judge_runs import config as judge_config
 from .test_judge_runs import scripted_judge
 from .test_judge_runs import workspace as judge_workspace
 
 pytest.importorskip("anthropic", reason="the anthropic extra is not installed: pip install 'arena-learning[anthropic]'")
 
-
-def _error(status: int, kind: str, message: str):
-    from aiohttp import web
-
-    return web.json_response({"type": "error", "error": {"type": kind, "message": message}}, status=status)
-
-
-def _invalid(body: dict[str, Any]) -> str | None:
-    """Return why the Messages API would refuse ``body`` (400 invalid_request_error), or None."""
-    if not isinstance(body.get("model"), str) or not isinstance(body.get("max_tokens"), int):
-        return "model and max_tokens are required"
-    messages = body.get("messages") or []
-    if not messages or messages[0].get("role") != "user":
-        return "messages: the first message must use the user role"
-    roles = [m.get("role") for m in messages]
-    if any(r not in ("user", "assistant") for r in roles) or any(a == b for a, b in itertools.pairwise(roles)):
-        return "messages: roles must alternate between user and assistant"
-    if "system" in body and not isinstance(body["system"], str):
-        return "system: a string"
-    if "temperature" in body and "top_p" in body:
-        return "temperature and top_p cannot both be specified for this model"
-    return None
-
-
-class MessagesServer:
-    """A stand-in for Anthropic's Messages API: ``script(body)`` gives a reply (text, or a conftest Reply with its
-    status, finish and usage); records every request's body and headers."""
-
-    def __init__(self, script):
-        from aiohttp import web
-
-        self.script = script
-        self.bodies: list[dict[str, Any]] = []
-        self.headers: list[Any] = []
-        app = web.Application()
-        app.router.add_post("/v1/messages", self._handle)
-        self.server = ThreadServer(app)
-        self.base_url = f"http://127.0.0.1:{self.server.port}"
-
-    async def _handle(self, request):
-        from aiohttp import web
-
-        body = await request.json()
-        self.bodies.append(body)
-        self.headers.append(request.headers.copy())
-        key = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
-        if not key or not request.headers.get("anthropic-version"):
-            return _error(401, "authentication_error", "an API key (x-api-key or a bearer token) and the "
-                          "anthropic-version header are required")
-        why = _invalid(body)
-        if why is not None:
-            return _error(400, "invalid_request_error", why)
-        reply = self.script(body)
-        reply = reply if isinstance(reply, Reply) else Reply(content=reply)
-        if reply.status != 200:
-            return _error(reply.status, "overloaded_error" if reply.status == 529 else "api_error", reply.error)
-        tokens_in, tokens_out = reply.usage or (len(json.dumps(body["messages"])) // 4, 9)
-        stop = {"length": "max_tokens", "stop": "end_turn"}[reply.finish]
-        return web.json_response({
-            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": body["model"],
-            "content": [{"type": "text", "text": reply.content or ""}], "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out}})
-
-    def close(self) -> None:
-        self.server.close()
-
-
-@pytest.fixture
-def messages_server():
-    servers: list[MessagesServer] = []
-
-    def start(script) -> MessagesServer:
-        servers.append(MessagesServer(script))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def spec(server: MessagesServer, **extra) -> ModelSpec:

@@ -201,21 +201,23 @@ class VoteSpec(Section):
 
 
 class BatchSpec(Section):
-    """Batch mode of an endpoint model (``engine: openai``): a stage's calls as Batch API jobs (``engines/batch.py``).
+    """Batch mode of an endpoint model (``engine: openai`` or ``anthropic``): a stage's calls as batch jobs
+    (``engines/batch.py``).
 
     The calls the ledger lacks are written as JSONL in the Batch API's format, uploaded through the Files API and
-    run as batch jobs, polled until done; their replies fill the same ledger keys a synchronous call would (a rerun
-    with batch mode on or off asks nothing again). A run stopped while a job is open finds it again and waits for
-    it; it never submits the same calls twice.
+    run as batch jobs (Anthropic: sent as Message Batches), polled until done; their replies fill the same ledger
+    keys a synchronous call would (a rerun with batch mode on or off asks nothing again). A run stopped while a job
+    is open finds it again and waits for it.
     """
 
     enabled: bool = Field(False, description="send the model's calls as batch jobs instead of one request each")
     window: str = Field("24h", pattern=r"^[1-9][0-9]*h$", description="the completion window of each job (OpenAI "
-                        "accepts 24h only); a job not done in it expires, and what it finished is kept")
-    max_requests: int = Field(50_000, ge=1, description="calls per job at most (OpenAI: 50,000); a stage with more "
-                              "is split into several jobs")
-    max_bytes: int = Field(100_000_000, ge=1_000, description="bytes of one job's input file at most (OpenAI: "
-                           "100 MB on older accounts, 200 MB now)")
+                        "accepts 24h only; Anthropic's is always 24h, not sent); a job not done in it expires, and "
+                        "what it finished is kept")
+    max_requests: int = Field(50_000, ge=1, description="calls per job at most (OpenAI: 50,000; Anthropic: "
+                              "100,000); a stage with more is split into several jobs")
+    max_bytes: int = Field(100_000_000, ge=1_000, description="bytes of one job's input at most (OpenAI: 100 MB on "
+                           "older accounts, 200 MB now; Anthropic: 256 MB)")
     poll_s: float = Field(30.0, gt=0, description="seconds between two looks at the open jobs")
     failed: Literal["retry_batch", "sync"] = Field(
         "retry_batch", description="what becomes of the calls that failed inside a job (an error line, an expired "
@@ -319,8 +321,8 @@ class ModelSpec(Section):
         "plus max_tokens until its usage comes back"
     )
     # exclude=True as parallel: how the calls are sent, not what the model answers (keys and identities unchanged)
-    batch: BatchSpec = Field(default_factory=BatchSpec, exclude=True, description="openai: send the calls as "
-                             "Batch API jobs (half the price on hosted APIs, within a window of hours): "
+    batch: BatchSpec = Field(default_factory=BatchSpec, exclude=True, description="openai, anthropic: send the calls "
+                             "as batch jobs (half the price on hosted APIs, within a window of hours): "
                              "docs/guides/batch.md")
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = Field(
         "max_tokens", description="openai: the request field params.max_tokens is sent as; reasoning models "
@@ -371,7 +373,7 @@ class ModelSpec(Section):
             raise ValueError(f"model {self.name!r}: engine 'openai' needs base_url")
         endpoint_only = [k for k in ("rpm", "tpm") if getattr(self, k)]
         endpoint_only += ["max_tokens_field"] if self.max_tokens_field != "max_tokens" else []
-        endpoint_only += ["batch"] if self.batch.enabled else []
+        endpoint_only += ["batch"] if self.batch.enabled and self.engine != "anthropic" else []
         if self.system_prompt and self.engine == "llamacpp" and self.mode == "chat" and self.chat_format == "gemma":
             raise ValueError(f"model {self.name!r}: llama.cpp's 'gemma' chat format drops system messages, so "
                              f"system_prompt would be lost; give a chat_template that places it (Gemma's own puts it "

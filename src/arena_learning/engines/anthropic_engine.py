@@ -116,10 +116,18 @@ class AnthropicEngine(Engine):
                 raise CallFailed(f"{type(err).__name__} talking to Anthropic ({self.spec.model}): {err}"[:500]) \
                     from None
             latency = time.perf_counter() - start
-        text = "".join(b.text for b in reply.content if b.type == "text")
-        reasoning = "".join(getattr(b, "thinking", "") or "" for b in reply.content if b.type == "thinking")
-        usage = reply.usage
-        tokens_in = usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
-        stop = reply.stop_reason
-        return Completion(text=text, tokens_in=tokens_in, tokens_out=usage.output_tokens, latency_s=latency,
-                          finish_reason=FINISH.get(stop, stop) if stop is not None else None, reasoning=reasoning)
+        return message_completion(reply.model_dump(), latency)
+
+
+def message_completion(message: dict[str, Any], latency_s: float = 0.0) -> Completion:
+    """Return the Completion of a Messages API reply (a ``Message`` as JSON: a synchronous reply's, or a Message
+    Batches result's): its text blocks, its thinking blocks as reasoning, its usage and stop reason."""
+    blocks = message.get("content") or []
+    text = "".join(b.get("text") or "" for b in blocks if b.get("type") == "text")
+    reasoning = "".join(b.get("thinking") or "" for b in blocks if b.get("type") == "thinking")
+    usage = message.get("usage") or {}
+    tokens_in = sum(usage.get(k) or 0 for k in ("input_tokens", "cache_creation_input_tokens",
+                                                "cache_read_input_tokens"))
+    stop = message.get("stop_reason")
+    return Completion(text=text, tokens_in=tokens_in, tokens_out=usage.get("output_tokens") or 0, latency_s=latency_s,
+                      finish_reason=FINISH.get(stop, stop) if stop is not None else None, reasoning=reasoning)

@@ -6,11 +6,14 @@ its calls (ledger keys) before anything is uploaded; then, through the official 
 input file is uploaded (Files API), the job created (Batches API) with its record's id in ``metadata``, and each
 id stored as its call returns. The open jobs are polled every ``batch.poll_s``; a finished job's output and
 error files are read back into the ledger under the keys a synchronous call has (``engines.batch_lines``).
+That is ``OpenAIJobs``; an ``engine: anthropic`` model's jobs are Message Batches (``engines.anthropic_batch``):
+the runner is one, each provider's endpoints a small ``JobsApi``.
 
 Killed at any moment, a rerun finds its open jobs in the workspace and waits for them: by the stored job id, or,
 killed between the creation and its storing, by listing the jobs and matching the id in their metadata. Nothing
-is submitted twice. The calls a job failed (error lines; the rest of an expired, cancelled or failed job) are
-asked again in a new job (``failed: retry_batch``, ``retries`` times) or one request each (``failed: sync``).
+is submitted twice (a Message Batch has no metadata: there, that one window submits it again). The calls a job
+failed (error lines; the rest of an expired, cancelled or failed job) are asked again in a new job (``failed:
+retry_batch``, ``retries`` times) or one request each (``failed: sync``).
 
 ``capturing`` turns the road into a recorder instead (``arena batch export``): every uncached call is noted,
 none is sent, and each comes back failed, so a stage run on a scratch copy of the workspace lists exactly what
@@ -22,17 +25,27 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import EngineError
 from ..progress import Advance, Track
 from ..store import BatchRecord, Store
 from .base import Completion, Engine, Request
-from .batch_lines import BATCH_URLS, BatchCall, ReplyLine, batch_call, read_replies, request_line, settle
+from .batch_lines import (
+    BATCH_URLS,
+    BadLine,
+    BatchCall,
+    Polled,
+    ReplyLine,
+    batch_call,
+    read_replies,
+    request_line,
+    settle,
+)
 from .replies import is_empty, is_truncated
 from .spend import call_cost, check_spend, current_stage, settle_spend, upper_bound
 
@@ -77,7 +90,7 @@ class Capture:
         mine = self.calls.setdefault(engine.spec.name, {})
         for key, (request, params_json) in todo.items():
             path, body = engine.wire(request)
-            call = batch_call(engine, request, params_json, path)
+            call = batch_call(engine, request, params_json, BATCH_URLS[path])
             mine[key] = (call, request_line(key, call.url, body))
 
 
@@ -100,9 +113,10 @@ def routed(engine: Engine) -> bool:
     being sent one request each."""
     if _CAPTURE.get() is not None:
         return True
+    from .anthropic_engine import AnthropicEngine
     from .openai_compat import OpenAIEngine
 
-    return engine.spec.batch.enabled and isinstance(engine, OpenAIEngine)
+    return engine.spec.batch.enabled and isinstance(engine, OpenAIEngine | AnthropicEngine)
 
 
 # ---- batch mode ----------------------------------------------------------------------------------------------
@@ -137,10 +151,7 @@ async def run_batches(store: Store, engine: Engine, todo: Todo, results: dict[st
         capture.add(engine, todo)
         results.update(dict.fromkeys(todo))
         return {}
-    from .openai_compat import OpenAIEngine
-
-    assert isinstance(engine, OpenAIEngine)
-    runner = _Runner(store, engine, results, stats, commits, progress, label)
+    runner = _Runner(store, engine, jobs_api(engine), results, stats, commits, progress, label)
     started = time.perf_counter()
     try:
         return await runner.run(todo)
@@ -149,18 +160,65 @@ async def run_batches(store: Store, engine: Engine, todo: Todo, results: dict[st
         await runner.close()
 
 
-class _Runner:
-    """The batch jobs of one ``run_batches`` call, on one ``openai`` client per endpoint URL."""
+class JobsApi(Protocol):
+    """One provider's batch endpoints as the runner uses them (OpenAI: Files + Batches; Anthropic: Message
+    Batches). ``errors``: the SDK's error type (the endpoint failed); ``not_found``: the job is unknown there."""
 
-    def __init__(self, store: Store, engine: OpenAIEngine, results: dict[str, Completion | None], stats: CallStats,
-                 commits: Executor, progress: Track | None, label: str):
-        self.store, self.engine, self.results, self.stats, self.commits = store, engine, results, stats, commits
+    endpoint: str  # the base URL its jobs are recorded under
+    errors: type[Exception]
+    not_found: type[Exception]
+
+    def item(self, key: str, request: Request, params_json: str) -> tuple[BatchCall, bytes]:
+        """Return a call's record and its request as one line of the job's input (its size counts to max_bytes)."""
+        ...
+
+    async def submit(self, job: Job, save: Callable[..., Awaitable[None]]) -> str:
+        """Create the job (uploading its input first where the API asks); ``save(file_id=...)`` stores an id
+        as it comes. Return the job's id."""
+        ...
+
+    async def find(self, record: BatchRecord) -> str | None:
+        """Return the id of the job created for ``record`` before its id could be stored, if the API can tell."""
+        ...
+
+    async def poll(self, job: Job) -> Polled: ...
+
+    async def replies(self, job: Job, polled: Polled) -> tuple[list[ReplyLine | BadLine], str | None]:
+        """Return a finished job's reply lines and why a call with none has none (None: the API did not say)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def jobs_api(engine: Engine) -> JobsApi:
+    """Return the batch endpoints of ``engine``'s provider."""
+    from .anthropic_engine import AnthropicEngine
+
+    if isinstance(engine, AnthropicEngine):
+        from .anthropic_batch import AnthropicJobs
+
+        return AnthropicJobs(engine)
+    from .openai_compat import OpenAIEngine
+
+    assert isinstance(engine, OpenAIEngine)
+    return OpenAIJobs(engine)
+
+
+class _Runner:
+    """The batch jobs of one ``run_batches`` call, through one provider's ``JobsApi``."""
+
+    def __init__(self, store: Store, engine: Engine, api: JobsApi, results: dict[str, Completion | None],
+                 stats: CallStats, commits: Executor, progress: Track | None, label: str):
+        self.store, self.engine, self.api, self.results, self.stats = store, engine, api, results, stats
+        self.commits = commits
         self.settings = engine.spec.batch
-        self.base_url = engine.endpoints[0].base_url
+        self.base_url = api.endpoint
         self.progress, self.label = progress, label
-        self.clients: dict[str, AsyncOpenAI] = {}
         self.todo: Todo = {}
         self.errors: dict[str, str] = {}  # the last error of each call that failed in a job
+
+    async def close(self) -> None:
+        await self.api.close()
 
     async def run(self, todo: Todo) -> Todo:
         self.todo = todo
@@ -210,9 +268,8 @@ class _Runner:
         for key, (request, params_json) in pending.items():
             if key in held:
                 continue
-            path, body = self.engine.wire(request)
-            call = batch_call(self.engine, request, params_json, path)
-            by_url.setdefault(call.url, []).append((key, call, request_line(key, call.url, body)))
+            call, line = self.api.item(key, request, params_json)
+            by_url.setdefault(call.url, []).append((key, call, line))
         known = {r.id for r in self.store.get_batches()}
         jobs = []
         for url, lines in by_url.items():
@@ -239,61 +296,31 @@ class _Runner:
             check_spend(bound)
             job.held_usd = bound
 
-    # ---- the Files and Batches APIs ---------------------------------------------------------------------------
-    def _client(self, url: str) -> AsyncOpenAI:
-        if url not in self.clients:
-            from openai import AsyncOpenAI
-
-            # the key is the engine's (api_key_env); a local server takes any
-            self.clients[url] = AsyncOpenAI(base_url=url, api_key=self.engine.api_key or "none",
-                                            max_retries=self.engine.spec.max_retries,
-                                            timeout=self.engine.spec.timeout_s)
-        return self.clients[url]
-
-    async def close(self) -> None:
-        for client in self.clients.values():
-            await client.close()
-
+    # ---- the provider's batch endpoints ----------------------------------------------------------------------
     async def _submit(self, job: Job) -> None:
-        """Upload the job's input file and create the job, unless an earlier run did; store each id as it comes."""
-        import openai
-
+        """Create the job (its input uploaded first where the API asks), unless an earlier run did; store each id
+        as it comes."""
         if job.batch_id is not None:
             return
-        client = self._client(job.record.endpoint)
+
+        async def save(**ids: str) -> None:
+            await self._db(self.store.update_batch, job.record.id, **ids)
+
         try:
             if job.lines is None:  # recorded by a run that stopped before the job was created, or while creating it
-                found = await self._find(client, job.record)
+                found = await self.api.find(job.record)
                 if found is not None:
                     job.batch_id = found
-                    await self._db(self.store.update_batch, job.record.id, batch_id=found)
+                    await save(batch_id=found)
                     return
                 job.lines = self._rebuild(job)
                 if not job.lines:  # none of its calls is asked any more: nothing to send
-                    await self._db(self.store.update_batch, job.record.id, status="dropped")
+                    await save(status="dropped")
                     return
-            if job.file_id is None:
-                data = b"".join(line + b"\n" for line in job.lines)
-                uploaded = await client.files.create(file=(f"{job.record.id}.jsonl", data), purpose="batch")
-                job.file_id = uploaded.id
-                await self._db(self.store.update_batch, job.record.id, file_id=uploaded.id)
-            created = await client.batches.create(
-                input_file_id=job.file_id, endpoint=job.url,  # type: ignore[arg-type]  # one of BATCH_URLS
-                completion_window=self.settings.window,  # type: ignore[arg-type]  # "24h" on OpenAI; others vary
-                metadata={"arena_batch": job.record.id, "arena_model": job.record.model})
-        except openai.OpenAIError as err:
+            job.batch_id = await self.api.submit(job, save)
+        except self.api.errors as err:
             raise EngineError(self._unreachable(job, err)) from None
-        job.batch_id = created.id
-        await self._db(self.store.update_batch, job.record.id, batch_id=created.id)
-
-    async def _find(self, client: AsyncOpenAI, record: BatchRecord) -> str | None:
-        """Return the id of the job whose metadata names ``record`` (created before its id could be stored)."""
-        async for batch in client.batches.list(limit=100):
-            if (batch.metadata or {}).get("arena_batch") == record.id:
-                return batch.id
-            if batch.created_at < record.created_at - 3600:  # newest first: older ones cannot be it
-                return None
-        return None
+        await save(batch_id=job.batch_id)
 
     def _rebuild(self, job: Job) -> list[bytes]:
         """Return the input lines of a recorded job from the requests this run holds (all of them on a rerun of the
@@ -303,8 +330,7 @@ class _Runner:
             if key not in self.todo:
                 del job.calls[key]
                 continue
-            path, body = self.engine.wire(self.todo[key][0])
-            lines.append(request_line(key, BATCH_URLS[path], body))
+            lines.append(self.api.item(key, *self.todo[key])[1])
         return lines
 
     def _unreachable(self, job: Job, err: Exception) -> str:
@@ -313,10 +339,8 @@ class _Runner:
                 f"twice)")
 
     async def _wait(self, jobs: list[Job]) -> set[str]:
-        """Poll ``jobs`` until each is done, reading each one's files into the ledger as it ends; return the keys of
-        the calls that failed."""
-        import openai
-
+        """Poll ``jobs`` until each is done, reading each one's replies into the ledger as it ends; return the keys
+        of the calls that failed."""
         failed: set[str] = set()
         open_jobs = list(jobs)
         for i, job in enumerate(jobs, 1):
@@ -324,44 +348,36 @@ class _Runner:
                 job.advance = self.progress(f"{self.label}: batch {i}/{len(jobs)} {job.batch_id}", len(job.calls))
         while open_jobs:
             for job in list(open_jobs):
-                client = self._client(job.record.endpoint)
+                lines: list[ReplyLine | BadLine] = []
+                why = None
                 try:
-                    batch = await client.batches.retrieve(job.batch_id or "")
-                except openai.NotFoundError:
+                    polled = await self.api.poll(job)
+                    if polled.final:
+                        lines, why = await self.api.replies(job, polled)
+                except self.api.not_found:
                     failed |= await self._lost(job)
                     open_jobs.remove(job)
                     continue
-                except openai.OpenAIError as err:
+                except self.api.errors as err:
                     raise EngineError(self._unreachable(job, err)) from None
-                counts = batch.request_counts
-                done = (counts.completed + counts.failed) if counts is not None else 0
-                if job.advance is not None and done > job.seen:
-                    job.advance(done - job.seen)
-                    job.seen = done
-                if batch.status in FINAL:
-                    failed |= await self._read_back(client, job, batch)
+                if job.advance is not None and polled.done > job.seen:
+                    job.advance(polled.done - job.seen)
+                    job.seen = polled.done
+                if polled.final:
+                    failed |= await self._read_back(job, polled, lines, why)
                     open_jobs.remove(job)
             if open_jobs:
                 await asyncio.sleep(self.settings.poll_s)
         return failed
 
-    async def _read_back(self, client: AsyncOpenAI, job: Job, batch: Any) -> set[str]:
+    async def _read_back(self, job: Job, polled: Polled, lines: list[ReplyLine | BadLine], why: str | None
+                         ) -> set[str]:
         """Write the replies of a finished job to the ledger; return the keys of its calls that failed."""
-        texts = []
-        for file_id in (batch.output_file_id, batch.error_file_id):
-            if file_id:
-                texts.append((await client.files.content(file_id)).text)
-        why = {"expired": "batch_expired", "cancelled": "batch_cancelled", "failed": "batch_failed"}.get(batch.status)
-        if batch.status == "failed" and batch.errors is not None and batch.errors.data:
-            first = batch.errors.data[0]
-            why = f"batch_failed: {first.code}: {first.message} (line {first.line})"
-        rows, failed = self._settle(job, [line for text in texts for line in read_replies(text)],
-                                    missing=why or "no reply in the job's files")
+        rows, failed = self._settle(job, lines, missing=why or "no reply in the job's results")
         await self._db(self.store.record_calls, rows)
         settle_spend(job.held_usd, sum(r.get("cost_usd") or 0.0 for r in rows))
         job.held_usd = 0.0
-        counts = batch.request_counts.model_dump() if batch.request_counts is not None else None
-        await self._db(self.store.update_batch, job.record.id, status=batch.status, counts=counts)
+        await self._db(self.store.update_batch, job.record.id, status=polled.status, counts=polled.counts)
         if job.advance is not None and len(job.calls) > job.seen:
             job.advance(len(job.calls) - job.seen)
         return failed
@@ -414,6 +430,79 @@ class _Runner:
         stats.truncated += is_truncated(comp)
         stats.tokens_in += comp.tokens_in
         stats.tokens_out += comp.tokens_out
+
+
+class OpenAIJobs:
+    """OpenAI's Batch API: each job's input uploaded through the Files API, the job created with its record's id in
+    ``metadata`` (found by listing the jobs if killed before its id was stored), its output and error files read
+    back; on one ``openai`` client per endpoint URL."""
+
+    def __init__(self, engine: OpenAIEngine):
+        import openai
+
+        self.engine, self.settings = engine, engine.spec.batch
+        self.endpoint = engine.endpoints[0].base_url
+        self.errors: type[Exception] = openai.OpenAIError
+        self.not_found: type[Exception] = openai.NotFoundError
+        self.clients: dict[str, AsyncOpenAI] = {}
+
+    def item(self, key: str, request: Request, params_json: str) -> tuple[BatchCall, bytes]:
+        path, body = self.engine.wire(request)
+        call = batch_call(self.engine, request, params_json, BATCH_URLS[path])
+        return call, request_line(key, call.url, body)
+
+    def _client(self, url: str) -> AsyncOpenAI:
+        if url not in self.clients:
+            from openai import AsyncOpenAI
+
+            # the key is the engine's (api_key_env); a local server takes any
+            self.clients[url] = AsyncOpenAI(base_url=url, api_key=self.engine.api_key or "none",
+                                            max_retries=self.engine.spec.max_retries,
+                                            timeout=self.engine.spec.timeout_s)
+        return self.clients[url]
+
+    async def close(self) -> None:
+        for client in self.clients.values():
+            await client.close()
+
+    async def submit(self, job: Job, save: Callable[..., Awaitable[None]]) -> str:
+        client = self._client(job.record.endpoint)
+        if job.file_id is None:
+            data = b"".join(line + b"\n" for line in job.lines or [])
+            uploaded = await client.files.create(file=(f"{job.record.id}.jsonl", data), purpose="batch")
+            job.file_id = uploaded.id
+            await save(file_id=uploaded.id)
+        created = await client.batches.create(
+            input_file_id=job.file_id, endpoint=job.url,  # type: ignore[arg-type]  # one of BATCH_URLS
+            completion_window=self.settings.window,  # type: ignore[arg-type]  # "24h" on OpenAI; others vary
+            metadata={"arena_batch": job.record.id, "arena_model": job.record.model})
+        return created.id
+
+    async def find(self, record: BatchRecord) -> str | None:
+        async for batch in self._client(record.endpoint).batches.list(limit=100):
+            if (batch.metadata or {}).get("arena_batch") == record.id:
+                return batch.id
+            if batch.created_at < record.created_at - 3600:  # newest first: older ones cannot be it
+                return None
+        return None
+
+    async def poll(self, job: Job) -> Polled:
+        batch = await self._client(job.record.endpoint).batches.retrieve(job.batch_id or "")
+        counts = batch.request_counts
+        return Polled(batch.status, batch.status in FINAL, (counts.completed + counts.failed) if counts else 0,
+                      counts.model_dump() if counts is not None else None, batch)
+
+    async def replies(self, job: Job, polled: Polled) -> tuple[list[ReplyLine | BadLine], str | None]:
+        batch, client = polled.job, self._client(job.record.endpoint)
+        texts = []
+        for file_id in (batch.output_file_id, batch.error_file_id):
+            if file_id:
+                texts.append((await client.files.content(file_id)).text)
+        why = {"expired": "batch_expired", "cancelled": "batch_cancelled", "failed": "batch_failed"}.get(batch.status)
+        if batch.status == "failed" and batch.errors is not None and batch.errors.data:
+            first = batch.errors.data[0]
+            why = f"batch_failed: {first.code}: {first.message} (line {first.line})"
+        return [line for text in texts for line in read_replies(text)], why
 
 
 def split(lines: list[tuple[str, BatchCall, bytes]], max_requests: int, max_bytes: int

@@ -25,6 +25,8 @@ from .replies import KEPT_EMPTY, empty_error, is_empty
 
 BATCH_URLS = {"/chat/completions": "/v1/chat/completions", "/completions": "/v1/completions"}
 """The Batch API's endpoint (a request line's url) for each path the synchronous engine posts to."""
+MESSAGES_URL = "/v1/messages"
+"""The endpoint of an Anthropic Message Batches call (its reply body is a Message)."""
 
 
 @dataclass(frozen=True)
@@ -47,18 +49,30 @@ class BatchCall:
         return cls(**json.loads(text))
 
 
-def batch_call(engine: Engine, request: Request, params_json: str, path: str) -> BatchCall:
-    """Return the BatchCall of ``request`` on ``engine`` (``params_json``: its key params' canonical JSON)."""
+def batch_call(engine: Engine, request: Request, params_json: str, url: str) -> BatchCall:
+    """Return the BatchCall of ``request`` on ``engine`` (``params_json``: its key params' canonical JSON; ``url``:
+    its batch endpoint, one of BATCH_URLS or MESSAGES_URL)."""
     reading: dict[str, bool] = getattr(engine, "reading", dict)()
     return BatchCall(engine=engine.kind, model=engine.model_id, requested_by=engine.spec.name,
                      request_json=f'{{"params":{params_json},{request.payload_json()[1:]}',
-                     url=BATCH_URLS[path], strip=reading.get("strip", False),
+                     url=url, strip=reading.get("strip", False),
                      empty_fails=engine.spec.empty_replies == "fail")
 
 
 def request_line(key: str, url: str, body: bytes) -> bytes:
     """Return one request line of a batch input file (no newline): ``body`` is spliced in as it is."""
     return b'{"custom_id":"%s","method":"POST","url":"%s","body":%s}' % (key.encode(), url.encode(), body)
+
+
+@dataclass
+class Polled:
+    """What one look at a job found: the provider's status word, whether it is final, its requests done so far."""
+
+    status: str
+    final: bool
+    done: int
+    counts: dict[str, int] | None
+    job: Any = None  # the provider's job object, for reading its replies back
 
 
 @dataclass
@@ -143,4 +157,8 @@ def _completion(call: BatchCall, line: ReplyLine) -> Completion:
         detail = line.body.get("error", line.body) if isinstance(line.body, dict) else line.body
         message = detail.get("message", detail) if isinstance(detail, dict) else detail
         raise CallFailed(f"HTTP {line.status_code} inside a batch: {str(message)[:300]}")
+    if call.url == MESSAGES_URL:
+        from .anthropic_engine import message_completion
+
+        return split_reasoning(message_completion(line.body))
     return split_reasoning(parse_completion(line.body, chat=call.url == "/v1/chat/completions", strip=call.strip))
