@@ -158,7 +158,7 @@ def test_forget_and_vacuum(tmp_path):
         ])
     proc = subprocess.run([*ARENA, "forget", str(ws), "--model", "m"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "forgot m: 1 answers, 0 judgments, 1 battles, 1 ledger calls" in proc.stderr
+    assert "forgot m: 1 answers, 0 judgments, 1 battles, 0 votes, 1 ledger calls" in proc.stderr
     proc = subprocess.run([*ARENA, "vacuum", str(ws)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "dropped 1 answers" in proc.stderr and "1 failed calls" in proc.stderr
     with Store(ws, readonly=True) as s:
