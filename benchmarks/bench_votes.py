@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402 - after the thread limits
 from scipy.stats import spearmanr  # noqa: E402 - loads numpy: after the thread limits
 
 from arena_learning.people.quality import VoterRule, flagged_voters  # noqa: E402
-from arena_learning.people.schedule import EMPTY, Item, ScheduleOptions, next_item  # noqa: E402
+from arena_learning.people.schedule import EMPTY, Item, ScheduleOptions, next_item, vote_counts  # noqa: E402
 from arena_learning.people.votes import rated_votes  # noqa: E402
 from arena_learning.people.workspace import human_battles, vote_pool  # noqa: E402
 from arena_learning.rating.bt import RateOptions, RatingWarning, fit_counts, leaderboard  # noqa: E402
@@ -112,17 +112,7 @@ def cast(pool, votes: list[Vote], voter: str, choose: Voter, options: ScheduleOp
 def spearman_now(votes: Sequence[Vote], strengths: dict[str, float]) -> float:
     """Return Spearman of the votes' Bradley-Terry strengths (no bootstrap) with the truth."""
     models = sorted(strengths)
-    index = {m: n for n, m in enumerate(models)}
-    wins, ties = np.zeros((len(models),) * 2), np.zeros((len(models),) * 2)
-    for v in rated_votes(votes):
-        a, b = index[v.model_a], index[v.model_b]
-        if v.verdict == "a":
-            wins[a, b] += 1
-        elif v.verdict == "b":
-            wins[b, a] += 1
-        else:
-            ties[a, b] += 1
-            ties[b, a] += 1
+    wins, ties = vote_counts(rated_votes(votes), {m: n for n, m in enumerate(models)})
     theta, _ = fit_counts(wins, ties, prior_games=1.0)
     return float(spearmanr(theta, [strengths[m] for m in models]).statistic)
 

@@ -172,17 +172,12 @@ def _control(pool: Pool, mine: Sequence[Vote], kind: ControlKind, rng: np.random
     return Item(pool.set_name, pid, a, b, "empty")
 
 
-def _weights(pool: Pool, real: Sequence[Vote]) -> np.ndarray:
-    """Return float (C,) informativeness of every candidate given the real votes so far."""
-    k = len(pool.models)
-    index = {m: n for n, m in enumerate(pool.models)}
+def vote_counts(votes: Sequence[Vote], index: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Return float (K, K) wins (``[i, j]``: times i beat j) and symmetric ties of ``votes`` between the models of
+    ``index`` (model -> row); both bad counts as a tie."""
+    k = len(index)
     wins, ties = np.zeros((k, k)), np.zeros((k, k))
-    pair_n, prompt_n = np.zeros((k, k)), np.zeros(len(pool.prompt_ids))
-    cat_n = np.zeros(len(pool.categories))
-    for v in real:
-        r = pool.row(v.prompt_id, v.model_a, v.model_b)
-        if r is None:
-            continue
+    for v in votes:
         a, b = index[v.model_a], index[v.model_b]
         if v.verdict == "a":
             wins[a, b] += 1
@@ -191,6 +186,20 @@ def _weights(pool: Pool, real: Sequence[Vote]) -> np.ndarray:
         else:
             ties[a, b] += 1
             ties[b, a] += 1
+    return wins, ties
+
+
+def _weights(pool: Pool, real: Sequence[Vote]) -> np.ndarray:
+    """Return float (C,) informativeness of every candidate given the real votes so far."""
+    k = len(pool.models)
+    index = {m: n for n, m in enumerate(pool.models)}
+    rows = [(v, pool.row(v.prompt_id, v.model_a, v.model_b)) for v in real]
+    rows = [(v, r) for v, r in rows if r is not None]
+    wins, ties = vote_counts([v for v, _ in rows], index)
+    pair_n, prompt_n = np.zeros((k, k)), np.zeros(len(pool.prompt_ids))
+    cat_n = np.zeros(len(pool.categories))
+    for v, r in rows:
+        a, b = index[v.model_a], index[v.model_b]
         pair_n[a, b] += 1
         pair_n[b, a] += 1
         prompt_n[pool.prompt[r]] += 1
