@@ -179,6 +179,20 @@ def group_gaps(
     by: str,
     target: str,
     options: RateOptions | None = None,
+    **kwargs: Any,
+) -> GapReport:
+    """Return the target's per-group gaps (see the module docstring), behind beyond chance first.
+
+    ``options`` and the keywords are ``group_gaps_of``'s; ``target`` must have battles."""
+    return group_gaps_of(battles, prompts, by, [target], options, **kwargs)[target]
+
+
+def group_gaps_of(
+    battles: Sequence[Battle],
+    prompts: Sequence[Prompt],
+    by: str,
+    targets: Sequence[str],
+    options: RateOptions | None = None,
     *,
     labels: Mapping[str, str] | None = None,
     min_prompts: int = 10,
@@ -186,11 +200,12 @@ def group_gaps(
     correction: str = "holm",
     examples: int = 3,
     **overrides: Any,
-) -> GapReport:
-    """Return the target's per-group gaps (see the module docstring), behind beyond chance first.
+) -> dict[str, GapReport]:
+    """Return each target's per-group gaps (``group_gaps``), the groups rated once for all targets.
 
     ``options`` and ``overrides`` (option names as keywords) rate every group (``bootstrap`` rounds, ``seed``;
-    ``resample`` is always ``"prompt"``: a gap is over the group's prompts). ``labels`` names groups.
+    ``resample`` is always ``"prompt"``: a gap is over the group's prompts). ``labels`` names groups. Every
+    target must have battles (ArenaError otherwise).
     """
     if correction not in CORRECTIONS:
         raise ArenaError(f"unknown correction {correction!r}: use one of {', '.join(CORRECTIONS)}")
@@ -200,44 +215,55 @@ def group_gaps(
     if o.bootstrap < 2:
         raise ArenaError("gaps need bootstrap rounds: set ratings.bootstrap to 100 or more")
     models = sorted({m for b in battles for m in (b.model_a, b.model_b)})
-    if target not in models:
-        raise ArenaError(f"--target {target!r} has no battles; models are: {', '.join(models)}")
+    for target in targets:
+        if target not in models:
+            raise ArenaError(f"--target {target!r} has no battles; models are: {', '.join(models)}")
     overall = rate(BattleTable.from_battles(battles), o, bootstrap=0)
-    others = [m for m in overall.models if m != target]
-    if not others:
-        raise ArenaError(f"{target!r} is the only model: a gap needs another model")
-    best_other = max(others, key=lambda m: (overall.rating_of(m), m))
+    groups = group_battles(battles, prompts, by)
+    fits: dict[str, BTResult] = {}  # a group's fit does not depend on the target: rated once, when first needed
 
-    tested: list[tuple[str, int, list[Battle], Gap, Gap]] = []
-    small: list[GroupGap] = []
-    for name, bs in group_battles(battles, prompts, by).items():
-        mine = [b for b in bs if target in (b.model_a, b.model_b)]
-        n_prompts = len({b.prompt_id for b in mine})
-        if n_prompts == 0:
-            continue
-        if n_prompts < min_prompts:
-            small.append(GroupGap(name, (labels or {}).get(name), n_prompts, len(bs), None, None, "too small"))
-            continue
-        with warnings.catch_warnings():  # small groups often lack an exact optimum: the prior handles it
-            warnings.simplefilter("ignore")
-            fit = rate(BattleTable.from_battles(bs), o)
-        best = _gap(fit, target, [best_other], best_other, o.ci)
-        fld = _gap(fit, target, [m for m in fit.models if m != target], "field", o.ci)
-        if best is None or fld is None or best.p is None or fld.p is None:
-            small.append(GroupGap(name, (labels or {}).get(name), n_prompts, len(bs), best, fld, "too small"))
-            continue
-        tested.append((name, n_prompts, bs, best, fld))
+    def fit_of(name: str) -> BTResult:
+        if name not in fits:
+            with warnings.catch_warnings():  # small groups often lack an exact optimum: the prior handles it
+                warnings.simplefilter("ignore")
+                fits[name] = rate(BattleTable.from_battles(groups[name]), o)
+        return fits[name]
 
-    adj_best = adjust([t[3].p or 0.0 for t in tested], correction)
-    adj_field = adjust([t[4].p or 0.0 for t in tested], correction)
-    rows: list[GroupGap] = []
-    for (name, n_prompts, bs, best, fld), pb, pf in zip(tested, adj_best, adj_field):
-        best = Gap(best.other, best.delta, best.ci_low, best.ci_high, best.p, pb)
-        fld = Gap(fld.other, fld.delta, fld.ci_low, fld.ci_high, fld.p, pf)
-        verdict = best.verdict(alpha)
-        lost = _lost_prompts(bs, target, best_other, examples) if best.delta < 0 else []
-        rows.append(GroupGap(name, (labels or {}).get(name), n_prompts, len(bs), best, fld, verdict, lost))
-    order = {"behind": 0, "": 1, "ahead": 2}
-    rows.sort(key=lambda g: (order[g.verdict], g.best.delta if g.best else 0.0, g.group))
-    return GapReport(target=target, best_other=best_other, by=by, correction=correction, alpha=alpha,
-                     min_prompts=min_prompts, groups=rows + sorted(small, key=lambda g: g.group))
+    reports = {}
+    for target in targets:
+        others = [m for m in overall.models if m != target]
+        if not others:
+            raise ArenaError(f"{target!r} is the only model: a gap needs another model")
+        best_other = max(others, key=lambda m: (overall.rating_of(m), m))
+        tested: list[tuple[str, int, list[Battle], Gap, Gap]] = []
+        small: list[GroupGap] = []
+        for name, bs in groups.items():
+            mine = [b for b in bs if target in (b.model_a, b.model_b)]
+            n_prompts = len({b.prompt_id for b in mine})
+            if n_prompts == 0:
+                continue
+            if n_prompts < min_prompts:
+                small.append(GroupGap(name, (labels or {}).get(name), n_prompts, len(bs), None, None, "too small"))
+                continue
+            fit = fit_of(name)
+            best = _gap(fit, target, [best_other], best_other, o.ci)
+            fld = _gap(fit, target, [m for m in fit.models if m != target], "field", o.ci)
+            if best is None or fld is None or best.p is None or fld.p is None:
+                small.append(GroupGap(name, (labels or {}).get(name), n_prompts, len(bs), best, fld, "too small"))
+                continue
+            tested.append((name, n_prompts, bs, best, fld))
+
+        adj_best = adjust([t[3].p or 0.0 for t in tested], correction)
+        adj_field = adjust([t[4].p or 0.0 for t in tested], correction)
+        rows: list[GroupGap] = []
+        for (name, n_prompts, bs, best, fld), pb, pf in zip(tested, adj_best, adj_field):
+            best = Gap(best.other, best.delta, best.ci_low, best.ci_high, best.p, pb)
+            fld = Gap(fld.other, fld.delta, fld.ci_low, fld.ci_high, fld.p, pf)
+            verdict = best.verdict(alpha)
+            lost = _lost_prompts(bs, target, best_other, examples) if best.delta < 0 else []
+            rows.append(GroupGap(name, (labels or {}).get(name), n_prompts, len(bs), best, fld, verdict, lost))
+        order = {"behind": 0, "": 1, "ahead": 2}
+        rows.sort(key=lambda g: (order[g.verdict], g.best.delta if g.best else 0.0, g.group))
+        reports[target] = GapReport(target=target, best_other=best_other, by=by, correction=correction, alpha=alpha,
+                                    min_prompts=min_prompts, groups=rows + sorted(small, key=lambda g: g.group))
+    return reports

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from ..errors import ArenaError
 from ..flywheel_state import FlywheelState
-from ..rating.gaps import GroupGap, group_gaps
+from ..rating.gaps import GroupGap, group_gaps_of
 from ..records import Battle, Prompt, Rating
 from .charts import esc
 
@@ -62,16 +62,16 @@ def strengths_html(ratings: Sequence[Rating], battles: Sequence[Battle], prompts
     cats = sorted({p.category for p in prompts if p.category})
     if len(cats) < 2 or not battles or len(ratings) < 2:
         return ""
-    grid: dict[str, dict[str, GroupGap]] = {}
-    for r in ratings:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                rep = group_gaps(battles, prompts, "category", r.model, bootstrap=max(bootstrap, 2), seed=seed,
-                                 min_prompts=MIN_PROMPTS, alpha=alpha)
-        except ArenaError:  # a model without battles of its own: its row stays empty
-            continue
-        grid[r.model] = {g.group: g for g in rep.groups}
+    played = {m for b in battles for m in (b.model_a, b.model_b)}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # one call: each category is rated once for all models (a model without battles: its row stays empty)
+            reports = group_gaps_of(battles, prompts, "category", [r.model for r in ratings if r.model in played],
+                                    bootstrap=max(bootstrap, 2), seed=seed, min_prompts=MIN_PROMPTS, alpha=alpha)
+    except ArenaError:  # one model played alone: no gaps to show
+        reports = {}
+    grid: dict[str, dict[str, GroupGap]] = {m: {g.group: g for g in rep.groups} for m, rep in reports.items()}
     head = "".join(f'<th>{esc(c)}</th>' for c in cats)
     rows = "".join(f'<tr><td class="l">{esc(r.model)}</td>'
                    + "".join(_cell(r.model, grid.get(r.model, {}).get(c)) for c in cats) + "</tr>" for r in ratings)
