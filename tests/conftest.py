@@ -401,13 +401,14 @@ class TrainedFlywheel:
 
 
 def trained_flywheel_config() -> dict[str, Any]:
-    """test_plan's small flywheel (one SFT round of one step on 6 prompts, a test set of 9), trained through
+    """test_plan's small flywheel (one SFT round of three steps on 6 prompts, a test set of 9), trained through
     ``accelerate launch`` on the CPU and served through llama.cpp from its GGUF export: both paths in one run."""
     import json
 
     from .test_plan import FLYWHEEL
 
     data = json.loads(json.dumps(FLYWHEEL))
+    data["training"]["sft"]["max_steps"] = 3  # an epoch: past Adam's first step, whose size is the gradient's sign
     data["training"]["serve_as"] = "llamacpp"
     data["training"]["launch"] = {"launcher": "accelerate", "accelerate_config": "multi_gpu", "num_processes": 1,
                                   "cpu": True}

@@ -12,6 +12,8 @@ import pytest
 
 from arena_learning.cpu_isa import OPT_OUT, PINNED, pin_cpu_isa
 
+from .conftest import ARENA
+
 ROOT = Path(__file__).resolve().parents[1]
 X86_AVX2 = "avx2" in Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").is_file() else False
 CLEAN = {k: v for k, v in os.environ.items() if k not in (*PINNED, OPT_OUT, "MKL_ENABLE_INSTRUCTIONS")}
@@ -41,51 +43,45 @@ def test_importing_the_package_pins_torchs_kernels_even_after_torch_was_imported
     assert capability({**CLEAN, "ATEN_CPU_CAPABILITY": "default"}) == "DEFAULT"  # the user's own choice wins
 
 
-def train_one_step(out: str) -> None:
-    """One SFT step of the flywheel's trainer on the bundled model (LoRA r 16, batch 8, fixed rows and seed); write
-    torch's CPU capability and a hash of the trained weights to ``out``. Run in a process of its own: the kernel
-    switches are read when the libraries start."""
+# Every other library's kernel choice forced down to AVX2: MKL told the CPU has no more than AVX2, OpenBLAS (numpy's
+# and scipy's BLAS) on its Haswell kernels, numpy's own SIMD loops without their AVX-512 targets. On an AVX-512
+# machine this is another choice than each library's own; on an AVX2-only one it is the same.
+FORCED_AVX2 = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell",
+               "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
+
+
+def stage_fingerprint(ws: Path) -> dict:
+    """The trained weights and their GGUF export (hashes), and every answer the workspace stored."""
     import hashlib
-    import tempfile
 
-    import torch
+    from arena_learning.store import Store
 
-    from arena_learning.config import ModelSpec
-    from arena_learning.engines.transformers_engine import bundled_hf_folder
-    from arena_learning.flywheel import train
-    from arena_learning.flywheel.harvest import SFTItem
-    from arena_learning.flywheel.settings import LoraSettings, SFTSettings
-    from arena_learning.tasks import generate_tasks
-
-    target = ModelSpec(name="student", engine="transformers", model="bundled", mode="completion",
-                       params={"max_tokens": 12, "stop": ["\n"]})
-    sft = [SFTItem(messages=[{"role": "user", "content": p.turns[0]}, {"role": "assistant", "content": p.reference[0]}],
-                   prompt_id=p.id) for p in generate_tasks(64, seed=11, suite=2)]
-    settings = SFTSettings(epochs=1, max_steps=1, batch_size=8, micro_batch_size=8, max_length=64,
-                           lora=LoraSettings(r=16, alpha=32), save_steps=1000, warmup_ratio=0.0, learning_rate=2e-4)
-    with tempfile.TemporaryDirectory(prefix="isa-") as tmp:
-        train.train_sft(bundled_hf_folder(), sft, Path(tmp) / "stage", settings, spec=target)
-        digest = hashlib.sha256()
-        for f in sorted((Path(tmp) / "stage" / "model").glob("*.safetensors")):
-            digest.update(f.read_bytes())
-    Path(out).write_text(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(),
-                                     "hash": digest.hexdigest()[:16]}))
+    stage = ws / "flywheel" / "round-0" / "0-sft"
+    out = {}
+    for name, path in (("weights", stage / "model" / "model.safetensors"), ("gguf", stage / "model.gguf")):
+        out[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    with Store(ws, readonly=True) as store:
+        out["answers"] = sorted((a.prompt_id, a.model, tuple(a.turns)) for a in store.get_answers())
+    return out
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not X86_AVX2, reason="the pin is for x86-64 CPUs with AVX2")
-def test_a_training_step_under_the_pin_trains_an_avx2_only_machines_weights(tmp_path):
-    # This machine (AVX-512 here; CI's may differ) under the pin, and the same step told that the CPU has no more
-    # than AVX2 (every library's switch set by hand, as on an AVX2-only machine): the same weights. Without the pin
-    # an AVX-512 machine trains others (weights differ after 3 steps: "Retired benchmarks" on the results page).
-    def train(env: dict[str, str], name: str) -> dict:
-        out = tmp_path / f"{name}.json"
-        code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from tests.test_cpu_isa import train_one_step; " \
-               f"train_one_step({str(out)!r})"
-        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
-        return json.loads(out.read_text())
-
-    pinned = train(CLEAN, "pinned")
-    avx2_only = train({**CLEAN, **PINNED, "MKL_ENABLE_INSTRUCTIONS": "AVX2"}, "avx2")
-    assert pinned["capability"] == avx2_only["capability"] == "AVX2"
-    assert pinned["hash"] == avx2_only["hash"]
+def test_a_short_flywheel_under_two_kernel_choices_trains_the_same_weights_and_answers_the_same(trained_flywheel,
+                                                                                                  tmp_path):
+    """The session's flywheel (three LoRA steps through ``accelerate launch``, a GGUF export, answers through
+    llama.cpp) as this machine's libraries choose their kernels, and again in a process with every kernel choice
+    the pin leaves open forced down to AVX2 (``FORCED_AVX2``, and ATen/MKL/oneDNN as an AVX2-only machine has them):
+    the same weights to the bit, the same GGUF and the same answers. The check is not blind: the same run with the
+    pin off (``ARENA_CPU_ISA=native``) trains other weights on an AVX-512 machine (tried on 2026-12-06)."""
+    ws = tmp_path / "ws"
+    cfg = tmp_path / "flywheel.yaml"
+    cfg.write_text((trained_flywheel.workspace.parent / "flywheel.yaml").read_text(encoding="utf-8"))
+    proc = subprocess.run([*ARENA, "flywheel", str(cfg), "-w", str(ws), "--json"], capture_output=True, text=True,
+                          env={**CLEAN, **FORCED_AVX2}, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    forced, own = stage_fingerprint(ws), stage_fingerprint(trained_flywheel.workspace)
+    assert forced["weights"] == own["weights"]
+    assert forced["gguf"] == own["gguf"]
+    assert forced["answers"] == own["answers"] and len(own["answers"]) > 9
+    assert json.loads(proc.stdout)["rounds"] == trained_flywheel.report["rounds"]

@@ -70,7 +70,8 @@ def test_the_dry_run_probes_answering_and_plans_every_stage_of_the_gpu_check_on_
 def test_a_finished_runs_figures_are_read_from_its_report_and_workspace(trained_flywheel):
     figures = gpu_check().flywheel_figures(trained_flywheel.report, trained_flywheel.workspace)
     assert [(s["kind"], s["status"]) for s in figures["stages"]] == [("sft", "done")]
-    assert all(s["steps"] == 1 and s["rating"] is not None for s in figures["stages"])
+    steps = trained_flywheel.config["training"]["sft"]["max_steps"]
+    assert all(s["steps"] == steps and s["rating"] is not None for s in figures["stages"])
     assert figures["rounds"] == trained_flywheel.report["rounds"] and figures["base"]
     assert set(figures["exact_answers"]) >= {"student-base", "ref-2shot", "student-r0-sft"}
     assert all(0 <= r["exact"] <= r["answered"] == 9 for r in figures["exact_answers"].values())

@@ -253,3 +253,18 @@ ratings: {{bootstrap: 5}}
         except OSError:  # sockets and files Ray removed meanwhile
             continue
         assert secret.encode() not in data, p
+
+
+def test_what_the_cluster_reports_goes_to_stderr_not_into_the_json_on_stdout(capsys):
+    """Ray prints its cluster's error channel (a task retried after its worker died) to stdout; `arena flywheel
+    --ray local --json` once failed to parse because such a line came before the result."""
+    from ray._private import worker
+
+    from arena_learning.scale.ray_backend import cluster_messages_to_stderr
+
+    cluster_messages_to_stderr()
+    cluster_messages_to_stderr()  # replaced once, however often a run connects
+    line = "Task EngineHost.complete_batch failed. There are infinite retries remaining, so the task will be retried."
+    worker.print_to_stdstream({"lines": [line], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("complete_batch failed") == 1

@@ -312,6 +312,7 @@ def connect(scale: ScaleConfig) -> tuple[Any, bool]:
     ray = import_ray()
     if ray.is_initialized():
         return ray, False
+    cluster_messages_to_stderr()
     try:
         with workers_not_niced():
             ray.init(address=scale.address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
@@ -321,6 +322,27 @@ def connect(scale: ScaleConfig) -> tuple[Any, bool]:
         raise EngineError(f"could not connect to Ray at {where}: {err} (check `ray status` on the head node, "
                           f"or give --ray local to start Ray on this machine)") from None
     return ray, True
+
+
+def cluster_messages_to_stderr() -> None:
+    """Send what the Ray cluster reports to the driver (a task retried, a worker killed) to stderr, not stdout.
+
+    Ray's driver prints its cluster's error channel to ``sys.stdout`` even with ``log_to_driver=False``
+    (``ray._private.worker.listen_error_messages`` calls ``print_to_stdstream`` with ``is_err: False``), where
+    ``arena ... --json`` writes its result: one retried task made the result unreadable. The listener thread
+    looks the printer up in its module on each message, so it is replaced there, once, before ``ray.init``.
+    """
+    from ray._private import worker
+
+    printer = worker.print_to_stdstream
+    if getattr(printer, "arena_to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        printer({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.arena_to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 @contextmanager
