@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -145,3 +147,27 @@ def test_a_names_file_labels_the_groups_of_a_board_and_of_the_gaps(tmp_path):
     assert gaps.exit_code == 0, gaps.output
     assert {g["group"]: g["label"] for g in json.loads(gaps.stdout)["groups"]} == {"g00": "unit conversion",
                                                                                    "g01": None}
+
+
+def test_the_reports_view_of_a_test_set_without_categories_is_by_cluster_under_its_labels():
+    """A test set built from real prompts has clusters, no categories: the report's model x group view shows each
+    cluster under its stored label, marks the planted gap, and names each cell's cluster as the battle browser
+    names its group (a click picks it there)."""
+    from arena_learning.rating.bt import leaderboard
+    from arena_learning.report.browser import build_browser
+    from arena_learning.report.strengths import strengths_html
+
+    battles, prompts = synthetic(3, groups=4, planted={"g02": 400.0})
+    clustered = [p.model_copy(update={"category": None, "cluster": f"c{p.category[1:]}",
+                                      "meta": {"cluster_label": f"topic {p.category}"}}) for p in prompts]
+    board = leaderboard(battles, bootstrap=0)
+    html = strengths_html(board, battles, clustered, bootstrap=200, seed=0)
+    assert 'data-by="cluster"' in html and "topic g02 (c02)" in html and "--by cluster --target" in html
+    target_row = html.split('<td class="l">target</td>', 1)[1].split("</tr>", 1)[0]
+    cells = dict(re.findall(r'data-cat="(c\d+)"[^>]*>([^<]*)</td>', target_row))
+    assert sorted(cells) == ["c00", "c01", "c02", "c03"]
+    assert cells["c02"].endswith("\u25bc") and not any(cells[c].endswith("\u25bc") for c in ("c00", "c01", "c03"))
+    browser = build_browser(clustered, [], [], battles, MODELS)
+    assert set(cells) <= set(browser.index["cats"])
+    # with categories, the view is by category, as before
+    assert 'data-by="category"' in strengths_html(board, battles, prompts, bootstrap=200, seed=0)

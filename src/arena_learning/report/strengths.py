@@ -1,4 +1,5 @@
-"""The report's strengths and weaknesses: a model x category view of paired gaps, each cell a way into its battles;
+"""The report's strengths and weaknesses: a model x category view of paired gaps (x cluster, under its label, for a
+test set without categories), each cell a way into its battles;
 and how a flywheel's aimed slices (``allocate: weakness``) spent their prompts on those gaps.
 
 Each model in turn is the target of ``rating.gaps.group_gaps``: per category, its rating minus that
@@ -41,48 +42,65 @@ def _cell(model: str, row: GroupGap | None) -> str:
     if row is None:
         return '<td class="mg-none">-</td>'
     best, fld = row.best, row.field
+    name = row.group if row.label is None else f"{row.label} ({row.group})"
     text = "-" if best is None else f"{best.delta:+.0f}"
     mark = MARKS.get(row.verdict, "")
     if best is None:
-        title = f"{model} in {row.group}: {row.prompts} prompts, too few to test"
+        title = f"{model} in {name}: {row.prompts} prompts, too few to test"
     else:
         ci = "" if best.ci_low is None or best.ci_high is None else f" [{best.ci_low:+.0f}, {best.ci_high:+.0f}]"
         p = "" if best.p_adjusted is None else f", Holm-corrected p {best.p_adjusted:.3g}"
         vs_field = "" if fld is None else f"; against the field {fld.delta:+.1f}"
-        title = (f"{model} in {row.group}: {best.delta:+.1f}{ci} against {best.other}{p}{vs_field}; "
+        title = (f"{model} in {name}: {best.delta:+.1f}{ci} against {best.other}{p}{vs_field}; "
                  f"{row.prompts} prompts, {row.battles} battles. Click: its battles")
     return (f'<td class="mg" tabindex="0" data-model="{esc(model)}" data-cat="{esc(row.group)}" '
             f'style="background:{_colour(None if best is None else best.delta)}" title="{esc(title)}">'
             f'{esc(text)}{(" " + mark) if mark else ""}</td>')
 
 
+def view_groups(prompts: Sequence[Prompt]) -> tuple[str, list[str], dict[str, str]]:
+    """Return how the view groups the test set, its groups and their labels: the categories; where no prompt has
+    one (a test set built from real prompts), the clusters under the labels ``arena testset build`` stored, as
+    the battle browser groups them (``report/browser.py``: a prompt's category, else its cluster)."""
+    from ..pipeline import group_labels
+
+    cats = sorted({p.category for p in prompts if p.category})
+    if cats:
+        return "category", cats, {}
+    clusters = sorted({p.cluster for p in prompts if p.cluster}, key=lambda c: (len(c), c))  # c2 before c10
+    return "cluster", clusters, group_labels(prompts, "cluster")
+
+
 def strengths_html(ratings: Sequence[Rating], battles: Sequence[Battle], prompts: Sequence[Prompt], *,
                    bootstrap: int, seed: int, alpha: float = 0.05) -> str:
-    """Return the model x category view (empty when the test set has fewer than two categories)."""
-    cats = sorted({p.category for p in prompts if p.category})
-    if len(cats) < 2 or not battles or len(ratings) < 2:
+    """Return the model x group view (empty when the test set has fewer than two categories or clusters)."""
+    by, groups, labels = view_groups(prompts)
+    plural = {"category": "categories", "cluster": "clusters"}[by]
+    if len(groups) < 2 or not battles or len(ratings) < 2:
         return ""
     played = {m for b in battles for m in (b.model_a, b.model_b)}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            # one call: each category is rated once for all models (a model without battles: its row stays empty)
-            reports = group_gaps_of(battles, prompts, "category", [r.model for r in ratings if r.model in played],
-                                    bootstrap=max(bootstrap, 2), seed=seed, min_prompts=MIN_PROMPTS, alpha=alpha)
+            # one call: each group is rated once for all models (a model without battles: its row stays empty)
+            reports = group_gaps_of(battles, prompts, by, [r.model for r in ratings if r.model in played],
+                                    bootstrap=max(bootstrap, 2), seed=seed, min_prompts=MIN_PROMPTS, alpha=alpha,
+                                    labels=labels)
     except ArenaError:  # one model played alone: no gaps to show
         reports = {}
     grid: dict[str, dict[str, GroupGap]] = {m: {g.group: g for g in rep.groups} for m, rep in reports.items()}
-    head = "".join(f'<th>{esc(c)}</th>' for c in cats)
+    head = "".join(f'<th title="{esc(by)} {esc(g)}">{esc(labels[g] + " (" + g + ")" if g in labels else g)}</th>'
+                   for g in groups)
     rows = "".join(f'<tr><td class="l">{esc(r.model)}</td>'
-                   + "".join(_cell(r.model, grid.get(r.model, {}).get(c)) for c in cats) + "</tr>" for r in ratings)
+                   + "".join(_cell(r.model, grid.get(r.model, {}).get(g)) for g in groups) + "</tr>" for r in ratings)
     note = (f'<p class="note">Each cell: the model\'s rating minus the best other model\'s (of the overall board) on '
-            f"the category's battles alone, both resampled together over its prompts ({max(bootstrap, 2)} rounds); "
+            f"the {by}'s battles alone, both resampled together over its prompts ({max(bootstrap, 2)} rounds); "
             f"red behind, blue ahead. {MARKS['behind']} / {MARKS['ahead']}: behind / ahead beyond chance at "
-            f"{alpha:g} after Holm's correction over the categories; categories under {MIN_PROMPTS} prompts are not "
-            "tested. Hover for the interval and the gap to the field; click a cell for its battles. In the terminal: "
-            "<code>arena leaderboard WS --by category --target MODEL</code>.</p>")
-    return (note + f'<div class="wide"><table id="strengths-table"><thead><tr><th class="l">model</th>{head}</tr>'
-            f"</thead><tbody>{rows}</tbody></table></div>")
+            f"{alpha:g} after Holm's correction over the {plural}; {plural} under "
+            f"{MIN_PROMPTS} prompts are not tested. Hover for the interval and the gap to the field; click a cell "
+            f"for its battles. In the terminal: <code>arena leaderboard WS --by {by} --target MODEL</code>.</p>")
+    return (note + f'<div class="wide"><table id="strengths-table" data-by="{by}"><thead><tr><th class="l">model'
+            f"</th>{head}</tr></thead><tbody>{rows}</tbody></table></div>")
 
 
 def aimed_slices_html(state: FlywheelState) -> str:
