@@ -34,7 +34,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,14 +45,9 @@ from ..engines.gguf_export import export_current, export_gguf
 from ..engines.transformers_engine import release_models, resolve_hf_folder
 from ..errors import ArenaError
 from ..flywheel_state import (
-    EVIDENCE_KEYS,
     STATE_FILE,
     Evaluation,
     FlywheelState,
-    RatedModel,
-    RoundRow,
-    RoundTable,
-    RunRecord,
     SliceRecord,
     StageRecord,
     TrainSummary,
@@ -67,7 +61,7 @@ from ..scale.launch import LaunchError, check_launchable, launch_command, run_la
 from ..store import Store
 from . import train as training
 from .aim import aim, group_by
-from .evidence import Evidence, gather
+from .evidence import Evidence
 from .export import export_items, read_items
 from .fingerprint import stage_fingerprint
 from .harvest import (
@@ -80,7 +74,8 @@ from .harvest import (
     select_sft,
     with_own_right,
 )
-from .kinds import REWARD_MODEL, STAGE_KINDS, stage_kind, train_kind
+from .kinds import REWARD_MODEL, train_kind
+from .round_table import FlywheelReport, build_report, evidence_of
 from .schedule import Evaluate, StageStep, base_model, schedule
 from .serving import (
     SERVED_GGUF,
@@ -99,35 +94,6 @@ from .train_stage import JOB_FILE, StageJob, write_job, write_prompts
 
 TEST_SET = pipeline.TEST_SET
 LAUNCH_LOG = "launch.log"
-
-
-# ---- the report ----------------------------------------------------------------------------
-
-
-@dataclass
-class FlywheelReport:
-    """What the run produced: the round table (ratings of each round's model), stages, references."""
-
-    rounds: list[RoundRow] = field(default_factory=list)
-    stages: list[StageRecord] = field(default_factory=list)
-    references: list[RatedModel] = field(default_factory=list)
-    base: RatedModel | None = None
-    ablations: list[StageRecord] = field(default_factory=list)
-    ratings: list[Rating] = field(default_factory=list)
-    seconds: float = 0.0
-    judges: str = ""  # which judge harvested the data and which rated the rounds (FlywheelConfig.judges_line)
-    slices: dict[str, Any] = field(default_factory=dict)  # per slice: prompts, dropped as test, near-copies by reason
-
-    def table(self) -> RoundTable:
-        return RoundTable(rounds=self.rounds, references=self.references, base=self.base)
-
-    def as_json(self) -> dict[str, Any]:
-        """Return what ``arena flywheel --json`` prints."""
-        return {"rounds": [r.dump() for r in self.rounds],
-                "references": [r.dump() for r in self.references],
-                "base": None if self.base is None else self.base.dump(),
-                "stages": [s.row() for s in self.stages], "ablations": [s.row() for s in self.ablations],
-                "judges": self.judges, "slices": self.slices}
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -558,67 +524,12 @@ class Flywheel:
 
     def evidence(self) -> Evidence | None:
         """Return the paired deltas, exact answers and verbosity of the test set's battles (None: nothing to rate)."""
-        battles = self.store.get_battles(self.cfg.rating_judge.name, TEST_SET)
-        if not battles:
-            return None
-        answers = self.store.get_answers(set_name=TEST_SET)
-        ev = gather(battles, answers, self.test_prompts(), RateOptions(**self.cfg.ratings.model_dump()))
-        if ev.style_note:
-            self.say(f"[flywheel] no style-controlled ratings: {ev.style_note}")
-        return ev
+        return evidence_of(self)
 
     def report(self, ratings: list[Rating], round_models: list[tuple[int, ModelSpec, list[StageRecord]]],
                stage_recs: list[StageRecord], seconds: float) -> FlywheelReport:
         """Return the round table of ``ratings`` (the last evaluation's); keep it and the stage ratings in the state."""
-        by_name = {r.model: r for r in ratings}
-        rep = FlywheelReport(ratings=ratings, seconds=seconds, judges=self.cfg.judges_line(),
-                             slices={k: v.model_dump(mode="json") for k, v in self.state.slices.items()})
-        base_name = f"{self.cfg.target.name}-base"
-        ev = self.evidence()
-        rated_refs = [by_name[m.name] for m in self.refs if m.name in by_name]
-        best_ref = max(rated_refs, key=lambda x: x.rating).model if rated_refs else None
-
-        def compared(model: str, prev: str | None) -> dict[str, Any]:
-            """Return the ``Compared`` fields of ``model`` (empty without evidence)."""
-            if ev is None:
-                return {}
-            return {"delta_prev": ev.delta(model, prev), "delta_base": ev.delta(model, base_name),
-                    "delta_best_ref": ev.delta(model, best_ref), "exact": ev.exact(model, prev), **ev.measured(model)}
-
-        def measured(model: str) -> dict[str, Any]:
-            return {} if ev is None else {"exact": ev.exact(model, None), **ev.measured(model)}
-
-        prev_round = base_name
-        for r, spec, recs in round_models:
-            done = [x for x in recs if x.status == "done"]
-            counts = dict.fromkeys((k.column for k in STAGE_KINDS.values()), 0)  # sft examples, dpo and rm pairs
-            for x in recs:
-                counts[stage_kind(x.kind).column] += x.examples
-            rep.rounds.append(RoundRow(
-                round=r, **RatedModel.of(spec.name, by_name.get(spec.name)).model_dump(include={
-                    "model", "rating", "ci_low", "ci_high"}),
-                **counts,
-                train_loss=done[-1].train_loss if done else None,
-                stages=[x.kind for x in recs], by_model={x.key: x.by_model for x in recs},
-                **compared(spec.name, prev_round)))
-            prev_round = spec.name
-        for x in stage_recs:
-            is_rated = x.status == "done"
-            rated = RatedModel.of(x.model, by_name.get(x.model) if is_rated else None)
-            x.rating, x.ci_low, x.ci_high = rated.rating, rated.ci_low, rated.ci_high
-            fields = compared(x.model, self.started_from.get(x.key)) if is_rated else {}
-            for name in EVIDENCE_KEYS:  # a stage not rated now keeps no figures of an earlier run
-                setattr(x, name, fields.get(name))
-            (rep.ablations if x.ablation else rep.stages).append(x)
-        rep.references = [RatedModel.of(m.name, by_name.get(m.name)).model_copy(update=measured(m.name))
-                          for m in self.refs]
-        if base_name in by_name:
-            rep.base = RatedModel.of(base_name, by_name[base_name]).model_copy(update=measured(base_name))
-        self.state.last_report = rep.table()
-        self.state.runs.append(RunRecord(seconds=round(seconds, 1), trained=self.worked,
-                                         finished=time.strftime("%Y-%m-%d %H:%M:%S")))
-        self._save_state()
-        return rep
+        return build_report(self, ratings, round_models, stage_recs, seconds)
 
 
 def launch_plan(cfg: FlywheelConfig, workspace: str | Path,
