@@ -56,7 +56,7 @@ docs: $(STAMP)
 # truth --quick ~1.5, report ~1.5 min, the rest a minute or less each). By hand, not here: bench_draws.py and
 # bench_recipes.py (several full flywheels), bench_plan_minutes.py (a config's real run), check_alpaca_eval_exact.py
 # (needs alpaca_eval's own venv), gpu_check.py (a GPU machine), bench_aim.py (a flywheel's aimed and even arms, two
-# full flywheels), bench_prompt_board.py (a finished flywheel's
+# full flywheels), bench_prompt_board.py and bench_rip.py (a finished flywheel's
 # workspace: `python benchmarks/bench_prompt_board.py WS`); bench_check.py is `make bench-check`, docs_tables.py
 # is `make docs`
 bench: $(STAMP)
