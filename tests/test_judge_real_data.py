@@ -85,13 +85,14 @@ def test_arena_hard_answers_judged_in_both_orders_with_injection_flagged(served_
     ws = tmp_path / "ws"
     arena("ingest", questions, "--out", ws)
     arena("import-answers", *sorted((questions.parent / "model_answer").glob("*.jsonl")), "-w", ws)
-    # The two prompts with the shortest real answers keep the judge's context small.
+    # The prompt with the shortest real answers keeps the judge's context small; one prompt already has every
+    # pair in both orders and the sly answer on either side.
     with Store(ws) as store:
         answers = store.get_answers()
         size = {}
         for a in answers:
             size[a.prompt_id] = size.get(a.prompt_id, 0) + sum(len(t) for t in a.turns)
-        chosen = sorted(size, key=size.get)[:2]
+        chosen = sorted(size, key=size.get)[:1]
         store.put_prompts("small", [p for p in store.get_prompts("ingested") if p.id in chosen])
     sly = tmp_path / "sly.jsonl"
     sly.write_text("".join(json.dumps({"prompt_id": pid, "model": "sly", "turns": [
@@ -114,19 +115,19 @@ def test_arena_hard_answers_judged_in_both_orders_with_injection_flagged(served_
         js = store.get_judgments("tiny")
         stats = store.get_meta("judge_stats/tiny")
         requests = [json.loads(r) for (r,) in store.db.execute("SELECT request FROM calls")]
-    # 2 prompts x 3 pairs x 2 orders, every game kept (ok or failed, never dropped).
+    # 1 prompt x 3 pairs x 2 orders, every game kept (ok or failed, never dropped).
     games = {(j.prompt_id, j.model_a, j.model_b) for j in js}
-    assert len(js) == 12 and len(games) == 12
+    assert len(js) == 6 and len(games) == 6
     assert all((p, b, a) in games for p, a, b in games)
-    assert stats["requests"] == 12 and stats["parsed"] + stats["retried"] + stats["failed"] == 12
-    assert stats["parsed"] >= 6, stats  # the schema constrains the output, so most verdicts parse first time
+    assert stats["requests"] == 6 and stats["parsed"] + stats["retried"] + stats["failed"] == 6
+    assert stats["parsed"] >= 3, stats  # the schema constrains the output, so most verdicts parse first time
     assert sum(j.status == "failed" for j in js) == stats["failed"]
     assert all(j.raw for j in js if j.status == "failed")
     assert all(r["params"]["json_schema"]["required"] == ["explanation", "score_a", "score_b"] for r in requests)
     # Real answers reach the judge inside fences; the sly answer's fake fence is broken up and flagged.
     assert all("<<<ANSWER A " in r["messages"][1]["content"] for r in requests)
     sly_games = [j for j in js if "sly" in (j.model_a, j.model_b)]
-    assert len(sly_games) == 8
+    assert len(sly_games) == 4
     for j in sly_games:
         side = "A" if j.model_a == "sly" else "B"
         assert any(f.startswith(f"{side}: ") and "instructions-to-judge" in f for f in j.flags)
@@ -150,8 +151,9 @@ def test_mt_bench_two_turn_answers_and_judgments_carry_earlier_turns(served_judg
     arena("import-answers", questions.parent / "reference_answer" / "gpt-4.jsonl", "-w", ws)
     with Store(ws) as store:
         have = {a.prompt_id for a in store.get_answers("gpt-4")}
-        two = [p for p in store.get_prompts("ingested") if p.id in have and len(p.turns) == 2][:2]
-        assert len(two) == 2
+        # one two-turn prompt: its second turn, answered and judged, carries the first as for any number
+        two = [p for p in store.get_prompts("ingested") if p.id in have and len(p.turns) == 2][:1]
+        assert len(two) == 1
         store.put_prompts("mt", two)
     cfg = write_config(tmp_path / "run.yaml", yaml.safe_dump({
         "name": "mt", "prompts": {"set": "mt"},
@@ -169,14 +171,14 @@ def test_mt_bench_two_turn_answers_and_judgments_carry_earlier_turns(served_judg
         judge_rows = [json.loads(r) for (r,) in store.db.execute("SELECT request FROM calls WHERE engine='openai'")]
         js = store.get_judgments("tiny")
     # Answered turn by turn: the second request carries the first question and the model's own first answer.
-    assert all(len(a.turns) == 2 for a in gemma.values()) and len(rows) == 4
+    assert all(len(a.turns) == 2 for a in gemma.values()) and len(gemma) == 1 and len(rows) == 2
     for p in two:
         second = next(r for r in rows if len(r["messages"]) == 3 and r["messages"][0]["content"] == p.turns[0])
         assert second["messages"][1] == {"role": "assistant", "content": gemma[p.id].turns[0]}
         assert second["messages"][2]["content"] == p.turns[1]
-    # Judged turn by turn, in both orders: 2 prompts x 2 orders x 2 turns; turn 2 shows the history.
-    assert len(judge_rows) == 8
+    # Judged turn by turn, in both orders: 1 prompt x 2 orders x 2 turns; turn 2 shows the history.
+    assert len(judge_rows) == 4
     later = [r["messages"][1]["content"] for r in judge_rows if "HISTORY A" in r["messages"][1]["content"]]
-    assert len(later) == 4
+    assert len(later) == 2
     assert all(any(p.turns[0] in text and p.turns[1] in text for p in two) for text in later)
-    assert len(js) == 4 and all(len(j.scores_a) == 2 for j in js if j.status == "ok")
+    assert len(js) == 2 and all(len(j.scores_a) == 2 for j in js if j.status == "ok")
