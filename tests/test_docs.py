@@ -284,10 +284,10 @@ def _readme_command(prefix: str) -> list[str]:
 
 @pytest.mark.slow
 def test_the_readmes_arena_quickstart_runs_as_written_on_a_small_test_set(tmp_path):
-    """`arena run examples/quickstart.yaml` (what `make demo` runs) on 18 prompts: a leaderboard of its models."""
+    """`arena run examples/quickstart.yaml` (what `make demo` runs) on 6 prompts: a leaderboard of its models."""
     assert "arena run examples/quickstart.yaml" in (ROOT / "Makefile").read_text(encoding="utf-8")
     models = [m["name"] for m in yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())["models"]]
-    proc = _arena("run", "examples/quickstart.yaml", "-w", str(tmp_path / "ws"), "--set", "tasks.n=18",
+    proc = _arena("run", "examples/quickstart.yaml", "-w", str(tmp_path / "ws"), "--set", "tasks.n=6",
                   "--set", "ratings.bootstrap=10", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     board = json.loads(proc.stdout)
