@@ -103,7 +103,7 @@ def test_an_embedder_asked_the_same_list_again_returns_its_result_without_a_seco
 
     passes = []
     real = embed_mod.embed_texts
-    monkeypatch.setattr(embed_mod, "embed_texts", lambda m, t, b: passes.append(len(t)) or real(m, t, b))
+    monkeypatch.setattr(embed_mod, "embed_texts", lambda m, t, b, a=None: passes.append(len(t)) or real(m, t, b, a))
     embed = embed_mod.text_embedder(EmbedSettings(max_seq_length=64))
     tests = ["How do I bake bread?", "What is the capital of France?", "Explain photosynthesis."]
     first = embed(list(tests))
@@ -230,6 +230,32 @@ def test_cli_pool_build_decontaminates_and_writes_slices(tmp_path):
     with Store(tmp_path / "ws") as store:
         assert store.get_prompts("pool/D2") == []
         assert len(store.get_prompts("pool/D0")) + len(store.get_prompts("pool/D1")) == len(clean)
+
+
+@pytest.mark.slow  # loads a model
+def test_a_pool_build_clusters_on_the_embeddings_decontamination_made_of_the_same_texts(tmp_path, monkeypatch):
+    # Single-turn prompts, none dropped: decontamination embedded exactly the texts clustering embeds, once.
+    from arena_learning.curate import embed as embed_mod
+    from arena_learning.curate.runs import run_pool
+    from arena_learning.curate.settings import PoolConfig
+
+    passes: list[int] = []
+    real = embed_mod.embed_texts
+    monkeypatch.setattr(embed_mod, "embed_texts", lambda m, t, b, a=None: passes.append(len(t)) or real(m, t, b, a))
+    tests = tmp_path / "tests.jsonl"
+    tests.write_text(json.dumps({"question_id": 1, "category": "x", "turns": ["Name three kinds of clouds."]}) + "\n")
+    cfg = PoolConfig.model_validate({
+        "workspace": str(tmp_path / "ws"), "sources": [{"path": str(shared("vicuna_bench", "question.jsonl"))}],
+        "decontam": {"test_sets": [], "test_sources": [{"path": str(tests)}]}, "embed": {"max_seq_length": 64},
+        "slices": {"n_slices": 2, "n_clusters": 4}})
+    _, result = run_pool(cfg, progress=False)
+    n = len(result.pool)
+    assert n == 80 and all(p.cluster for p in result.pool)
+    assert sorted(passes) == [1, n]  # the test prompt, and the pool once (decontamination's, reused to cluster)
+    passes.clear()
+    _, first_turn = run_pool(cfg.model_copy(update={"embed": cfg.embed.model_copy(update={"text": "first_turn"})}),
+                             workspace=tmp_path / "ws2", progress=False)
+    assert sorted(passes) == [1, n] and [p.cluster for p in first_turn.pool] == [p.cluster for p in result.pool]
 
 
 def test_cli_pool_build_needs_the_named_test_set(tmp_path):

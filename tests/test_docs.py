@@ -284,10 +284,10 @@ def _readme_command(prefix: str) -> list[str]:
 
 @pytest.mark.slow
 def test_the_readmes_arena_quickstart_runs_as_written_on_a_small_test_set(tmp_path):
-    """`arena run examples/quickstart.yaml` (what `make demo` runs) on 18 prompts: a leaderboard of its models."""
+    """`arena run examples/quickstart.yaml` (what `make demo` runs) on 6 prompts: a leaderboard of its models."""
     assert "arena run examples/quickstart.yaml" in (ROOT / "Makefile").read_text(encoding="utf-8")
     models = [m["name"] for m in yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())["models"]]
-    proc = _arena("run", "examples/quickstart.yaml", "-w", str(tmp_path / "ws"), "--set", "tasks.n=18",
+    proc = _arena("run", "examples/quickstart.yaml", "-w", str(tmp_path / "ws"), "--set", "tasks.n=6",
                   "--set", "ratings.bootstrap=10", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     board = json.loads(proc.stdout)
@@ -302,7 +302,7 @@ def test_the_readmes_flywheel_quickstart_runs_as_written_on_one_small_round(tmp_
     """`arena flywheel examples/flywheel.yaml` with one round of one SFT step on small slices: a round table."""
     args = _readme_command("arena flywheel examples/flywheel.yaml")
     assert args == ["flywheel", "examples/flywheel.yaml"]
-    proc = _arena(*args, "-w", str(tmp_path / "ws"), "--json", "--set", "tasks.n=24",
+    proc = _arena(*args, "-w", str(tmp_path / "ws"), "--json", "--set", "tasks.n=12",
                   "--set", "pool={D0: {n: 12, seed: 101}}", "--set", "rounds=[{stages: [{kind: sft, slice: D0}]}]",
                   "--set", "training.sft.max_steps=1", "--set", "ratings.bootstrap=10")
     assert proc.returncode == 0, proc.stderr[-3000:]

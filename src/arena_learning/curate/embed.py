@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -160,24 +160,33 @@ def embed_prompts(
         return embed_texts(model, embedding_texts(prompts, mode), batch_size, advance)
 
 
-def text_embedder(s: EmbedSettings) -> Callable[[list[str]], np.ndarray]:
+class TextEmbedder(Protocol):
+    """Texts -> unit-length embeddings, float32 (N, D); ``advance`` hears the count of texts embedded."""
+
+    def __call__(self, texts: list[str], advance: Callable[[int], None] | None = None) -> np.ndarray: ...
+
+
+def text_embedder(s: EmbedSettings) -> TextEmbedder:
     """Return texts -> unit-length embeddings, float32 (N, D), by the model of ``s`` (loaded on the first call).
 
     The embedder keeps what it returned for the last few lists of texts: the same list asked again (a flywheel's
-    test set, checked against each of its stored slices) comes back without a second pass through the model. Only
-    an identical list is reused, never single texts: a list's batches (and so its rounding) are its own, so a
-    reused result is bit for bit the one a fresh call would give.
+    test set, checked against each of its stored slices; a pool that decontamination embedded whole, then
+    clustered) comes back without a second pass through the model. Only an identical list is reused, never single
+    texts: a list's batches (and so its rounding) are its own, so a reused result is bit for bit the one a fresh
+    call would give.
     """
     seen: OrderedDict[tuple[str, ...], np.ndarray] = OrderedDict()
 
-    def embed(texts: list[str]) -> np.ndarray:
+    def embed(texts: list[str], advance: Callable[[int], None] | None = None) -> np.ndarray:
         key = tuple(texts)
         if key in seen:
             seen.move_to_end(key)
+            if advance is not None:
+                advance(len(texts))
             return seen[key].copy()
         model = load_embedder(s.model, s.device, s.max_seq_length)
         with torch_threads(s.threads):
-            out = embed_texts(model, texts, s.batch_size)
+            out = embed_texts(model, texts, s.batch_size, advance)
         seen[key] = out
         while len(seen) > _KEPT_LISTS:
             seen.popitem(last=False)

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -26,6 +26,9 @@ from . import INGESTED
 from .filters import Step, build_moderator, clean
 from .ingest import IngestError, Ingestor, IngestReport, source_label
 from .settings import PoolConfig, SourceSpec, TestsetConfig
+
+if TYPE_CHECKING:
+    from .embed import TextEmbedder
 
 BAD_KINDS = ("bad_json", "not_utf8", "wrong_format", "bad_record", "empty_file")
 """Count keys of skipped inputs (see ingest.Problem.kind)."""
@@ -128,12 +131,14 @@ def _clean(
     return clean(prompts, cfg.clean, moderator=moderator, track=track)
 
 
-def _embed(prompts: Sequence[Prompt], cfg: TestsetConfig | PoolConfig, track: Track) -> Any:
-    from .embed import embed_prompts, load_embedder
+def _embed(prompts: Sequence[Prompt], cfg: TestsetConfig | PoolConfig, track: Track,
+           embedder: TextEmbedder | None = None) -> Any:
+    """Embed ``prompts`` by ``cfg.embed``; through ``embedder`` when given (it returns a list it embedded before)."""
+    from .embed import embedding_texts, text_embedder
 
-    model = load_embedder(cfg.embed.model, cfg.embed.device, cfg.embed.max_seq_length)
+    embed = embedder if embedder is not None else text_embedder(cfg.embed)
     advance = track(f"embed ({cfg.embed.model})", len(prompts))
-    return embed_prompts(prompts, model, cfg.embed.text, cfg.embed.batch_size, advance, cfg.embed.threads)
+    return embed(embedding_texts(prompts, cfg.embed.text), advance)
 
 
 def _difficulty_scorer(store: Store, cfg: TestsetConfig) -> Any:
@@ -268,6 +273,9 @@ def run_pool(
             cleaned, steps = _clean(store, prompts, cfg, track)
             steps.insert(0, first)
             advance = track("decontaminate", len(cleaned))
+            # one embedder for decontamination and clustering: when decontamination embedded exactly the texts
+            # clustering embeds (single-turn prompts, none dropped by n-gram or embedding), that pass is not repeated
+            embedder = text_embedder(cfg.embed)
             pool, dropped, matches = decontaminate(
                 cleaned,
                 tests,
@@ -279,7 +287,7 @@ def run_pool(
                 dc.ngram_coverage,
                 dc.seed,
                 advance,
-                embed=text_embedder(cfg.embed) if tests else None,
+                embed=embedder if tests else None,
                 embedding_threshold=dc.embedding_threshold,
             )
             notes = {"test items": len(tests), **notes}
@@ -291,7 +299,7 @@ def run_pool(
                         f"the pool holds {len(pool)} prompts after cleaning, "
                         f"fewer than slices.n_clusters={sl.n_clusters}: lower it (0: no stratification)"
                     )
-                emb = embeddings(pool) if embeddings is not None else _embed(pool, cfg, track)
+                emb = embeddings(pool) if embeddings is not None else _embed(pool, cfg, track, embedder)
                 labels, _ = cluster_embeddings(emb, sl.n_clusters, cfg.seed, sl.minibatch_above, sl.n_init)
                 pool = label_prompts(pool, labels, cluster_names(sl.n_clusters))
                 steps.append(Step("cluster", len(pool), len(pool), notes={"clusters": sl.n_clusters}))
