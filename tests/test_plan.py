@@ -246,8 +246,9 @@ def test_flywheel_plan_per_stage_equals_the_calls_the_flywheel_makes(trained_fly
     cfg = validate_config(trained_flywheel.config, FlywheelConfig, "test")
     assert cfg.training.serve_as == "llamacpp"
     launch = trained_flywheel.config["training"]["launch"]
-    assert trained_flywheel.config == {**FLYWHEEL, "training": {**FLYWHEEL["training"], "serve_as": "llamacpp",
-                                                                "launch": launch}}
+    sft = {**FLYWHEEL["training"]["sft"], "max_steps": 3}  # the session's flywheel trains three steps, not one
+    assert trained_flywheel.config == {**FLYWHEEL, "training": {**FLYWHEEL["training"], "sft": sft,
+                                                                "serve_as": "llamacpp", "launch": launch}}
     before = plan_flywheel(cfg, None)
     planned: dict[str, int] = {}
     for x in before.lines:
