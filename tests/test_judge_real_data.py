@@ -85,8 +85,9 @@ def test_arena_hard_answers_judged_in_both_orders_with_injection_flagged(served_
     ws = tmp_path / "ws"
     arena("ingest", questions, "--out", ws)
     arena("import-answers", *sorted((questions.parent / "model_answer").glob("*.jsonl")), "-w", ws)
-    # The prompt with the shortest real answers keeps the judge's context small; one prompt already has every
-    # pair in both orders and the sly answer on either side.
+    # The prompt with the shortest real answers keeps the judge's context small; one prompt and one real model
+    # against the sly answer already give both orders with the sly answer on either side (a JSON grammar makes the
+    # bundled judge sample at a few tokens a second here, so every game counts).
     with Store(ws) as store:
         answers = store.get_answers()
         size = {}
@@ -101,8 +102,7 @@ def test_arena_hard_answers_judged_in_both_orders_with_injection_flagged(served_
     arena("import-answers", sly, "-w", ws)
     cfg = write_config(tmp_path / "run.yaml", yaml.safe_dump({
         "name": "ah", "prompts": {"set": "small"},
-        "models": [{"name": "gpt-4-0314", "engine": "imported"}, {"name": "gpt-3.5-turbo-0125", "engine": "imported"},
-                   {"name": "sly", "engine": "imported"}],
+        "models": [{"name": "gpt-4-0314", "engine": "imported"}, {"name": "sly", "engine": "imported"}],
         "judge": {"kind": "llm", "name": "tiny", "template": str(judge_folder(tmp_path)), "retries": 1,
                   "model": {"name": "judge", "engine": "openai", "model": "judge", "base_url": served_judge,
                             "concurrency": 2}},
@@ -115,24 +115,23 @@ def test_arena_hard_answers_judged_in_both_orders_with_injection_flagged(served_
         js = store.get_judgments("tiny")
         stats = store.get_meta("judge_stats/tiny")
         requests = [json.loads(r) for (r,) in store.db.execute("SELECT request FROM calls")]
-    # 1 prompt x 3 pairs x 2 orders, every game kept (ok or failed, never dropped).
+    # 1 prompt x 1 pair x 2 orders, every game kept (ok or failed, never dropped).
     games = {(j.prompt_id, j.model_a, j.model_b) for j in js}
-    assert len(js) == 6 and len(games) == 6
+    assert len(js) == 2 and len(games) == 2
     assert all((p, b, a) in games for p, a, b in games)
-    assert stats["requests"] == 6 and stats["parsed"] + stats["retried"] + stats["failed"] == 6
-    assert stats["parsed"] >= 3, stats  # the schema constrains the output, so most verdicts parse first time
+    assert stats["requests"] == 2 and stats["parsed"] + stats["retried"] + stats["failed"] == 2
+    assert stats["parsed"] >= 1, stats  # the schema constrains the output, so verdicts parse first time
     assert sum(j.status == "failed" for j in js) == stats["failed"]
     assert all(j.raw for j in js if j.status == "failed")
     assert all(r["params"]["json_schema"]["required"] == ["explanation", "score_a", "score_b"] for r in requests)
     # Real answers reach the judge inside fences; the sly answer's fake fence is broken up and flagged.
     assert all("<<<ANSWER A " in r["messages"][1]["content"] for r in requests)
-    sly_games = [j for j in js if "sly" in (j.model_a, j.model_b)]
-    assert len(sly_games) == 4
-    for j in sly_games:
-        side = "A" if j.model_a == "sly" else "B"
+    assert {j.model_a for j in js} == {"sly", "gpt-4-0314"}  # the sly answer on either side
+    for j in js:
+        side, real = ("A", "B") if j.model_a == "sly" else ("B", "A")
         assert any(f.startswith(f"{side}: ") and "instructions-to-judge" in f for f in j.flags)
         assert any(f == f"{side}: fence-markers" for f in j.flags)
-    assert not any(j.flags for j in js if "sly" not in (j.model_a, j.model_b))
+        assert not any(f.startswith(f"{real}: ") for f in j.flags), j.flags  # the real answer is not flagged
 
     # A rerun calls nothing: not the server, not the ledger.
     before = health(served_judge)
@@ -141,7 +140,7 @@ def test_arena_hard_answers_judged_in_both_orders_with_injection_flagged(served_
     assert health(served_judge) == before
     assert sqlite3.connect(ws / "arena.db").execute("SELECT COUNT(*) FROM calls").fetchone() == calls
     board = json.loads(arena("leaderboard", ws, "--json").stdout)
-    assert {r["model"] for r in board} <= {"gpt-4-0314", "gpt-3.5-turbo-0125", "sly"}
+    assert {r["model"] for r in board} <= {"gpt-4-0314", "sly"}
 
 
 def test_mt_bench_two_turn_answers_and_judgments_carry_earlier_turns(served_judge, tmp_path):
