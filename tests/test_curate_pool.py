@@ -223,6 +223,14 @@ def test_cli_pool_build_decontaminates_and_writes_slices(tmp_path):
     assert steps["decontaminate"]["n_in"] - steps["decontaminate"]["n_out"] == len(matches)
     d0 = (tmp_path / "ws" / "sets" / "pool" / "D0.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in d0] == [p.id for p in slices[0]]
+    # What was checked, for the flywheel (which then checks a slice only against test items added since).
+    from arena_learning.curate.decontam import CHECKED_META, content_key
+
+    with Store(tmp_path / "ws") as store:
+        record = store.get_meta(CHECKED_META)
+    assert record["sets"] == {"pool/clean": content_key(clean),
+                              **{f"pool/D{i}": content_key(s) for i, s in enumerate(slices)}}
+    assert 0 < len(record["tests"]) <= steps["decontaminate"]["notes"]["test items"]
 
     # Fewer slices on a rerun: the old D2 must not linger.
     again = CliRunner().invoke(cli(), ["pool", "build", str(config), "-q", "--set", "slices.n_slices=2"])

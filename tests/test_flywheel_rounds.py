@@ -419,6 +419,45 @@ def test_a_stored_slice_loses_its_near_copies_of_every_test_set_in_the_workspace
         assert "decontam" in off.model_dump() and "decontam" not in cfg.model_dump()  # written only when changed
 
 
+def test_a_slice_is_checked_only_against_the_test_items_the_pool_build_did_not_check_it_against(tmp_path):
+    from collections import Counter
+
+    from arena_learning.curate.decontam import CHECKED_META, checked_record, near_copy_fingerprint
+    from arena_learning.flywheel.slices import slice_prompts
+    from arena_learning.records import Prompt
+    from arena_learning.store import Store
+
+    question = ("Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural "
+                "experiences and must-see attractions.")
+    long_test = ("Explain, in a way that a curious twelve year old could follow, why the sky looks blue during the "
+                 "day and turns red and orange when the sun sets over the ocean.")
+    pool = [Prompt(id="copy", turns=[question.replace("engaging", "engaging,").lower()]),
+            Prompt(id="pasted", turns=["Please help me. " + long_test + " Then a poem about autumn leaves."]),
+            Prompt(id="clean", turns=["Write a haiku about a lighthouse in winter."])]
+    tests = [Prompt(id="t1", turns=[question]), Prompt(id="t2", turns=[long_test])]
+    cfg = config(pool={"D0": {"set": "pool/D0"}, "D1": CONFIG["pool"]["D1"]})
+    fingerprint = near_copy_fingerprint(cfg.decontam, cfg.decontam.embed)
+
+    def kept(store, c=cfg):
+        near: dict[str, Counter[str]] = {}
+        return [p.id for p in slice_prompts(c, [], store, near)["D0"][0]], near.get("D0")
+
+    with Store(tmp_path / "ws") as store:
+        store.put_prompts("pool/D0", pool)
+        store.put_prompts("testset/mix", tests)
+        # The build checked pool/D0 against t1 with these settings (so its copy would be gone): only t2 is left.
+        store.set_meta(CHECKED_META, checked_record(fingerprint, tests[:1], {"pool/D0": pool}))
+        assert kept(store) == (["copy", "clean"], Counter({"contaminated_minhash": 1}))
+        # Against both: nothing is checked again, nothing embedded.
+        store.set_meta(CHECKED_META, checked_record(fingerprint, tests, {"pool/D0": pool}))
+        assert kept(store) == (["copy", "pasted", "clean"], None)
+        # Other settings than the build's, or a set changed since: every test item is checked.
+        strict = config(pool={"D0": {"set": "pool/D0"}, "D1": CONFIG["pool"]["D1"]}, decontam={"threshold": 0.8})
+        assert kept(store, strict)[0] == ["clean"]
+        store.put_prompts("pool/D0", [*pool, Prompt(id="new", turns=["Name three rivers of Europe."])])
+        assert kept(store)[0] == ["clean", "new"]
+
+
 @pytest.mark.slow
 def test_arena_info_traces_a_trained_example_back_to_its_battles(killed_and_resumed):
     from typer.testing import CliRunner

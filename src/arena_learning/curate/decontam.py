@@ -20,8 +20,11 @@ Two tests, either one drops a pool item:
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -198,3 +201,55 @@ def nearest_tests(pool_vecs: np.ndarray, test_vecs: np.ndarray, threshold: float
         hit = sims[np.arange(len(best)), best] >= threshold
         out[start : start + chunk][hit] = best[hit]
     return out
+
+
+# ---- what a pool build has already checked ----------------------------------------------------------------------
+# `arena pool build` decontaminates the pool against its test sets; the flywheel checks each stored slice again
+# against every test set in the workspace, since one may come later. What the build checked is recorded (meta
+# CHECKED_META: the settings, the test items, each set's content), so the flywheel checks a slice only against the
+# test items the build did not see with the same settings: at paper scale, a 30K-prompt slice is not embedded again
+# at each `arena plan`, run and resume. The tests are per test item (a pool item is dropped when it is near any one
+# of them), so checking the rest alone drops what checking all would.
+
+CHECKED_META = "pool/decontaminated"
+
+
+def near_copy_fingerprint(s: Any, embed: Any) -> str:
+    """Return what decides the near-copy tests' verdicts: ``s``'s NearCopySettings and ``embed``'s model (the model
+    and its truncation; not the batch size or device, which change the embeddings' last bits only)."""
+    from .settings import NearCopySettings
+
+    fields = {k: getattr(s, k) for k in NearCopySettings.model_fields}
+    if fields.get("embedding_threshold") is not None:
+        fields["embed"] = {"model": embed.model, "text": embed.text, "max_seq_length": embed.max_seq_length}
+    return json.dumps(fields, sort_keys=True)
+
+
+def item_key(p: Prompt) -> str:
+    """A test item's key: its turns (what the tests read), not its id."""
+    return hashlib.sha1("\x1f".join(p.turns).encode("utf-8")).hexdigest()[:16]
+
+
+def content_key(prompts: Sequence[Prompt]) -> str:
+    """A prompt set's content: its prompts' ids and turns, in any order."""
+    h = hashlib.sha1()
+    for line in sorted(f"{p.id}\x1e{item_key(p)}" for p in prompts):
+        h.update(line.encode("utf-8"))
+    return h.hexdigest()
+
+
+def checked_record(fingerprint: str, tests: Sequence[Prompt], sets: dict[str, Sequence[Prompt]]) -> dict[str, Any]:
+    """Return the record a pool build stores under CHECKED_META: its sets were checked against ``tests``."""
+    return {"settings": fingerprint, "tests": sorted({item_key(t) for t in tests}),
+            "sets": {name: content_key(ps) for name, ps in sets.items()}}
+
+
+def unchecked_tests(record: Any, set_name: str, prompts: Sequence[Prompt], tests: Sequence[Prompt],
+                    fingerprint: str) -> list[Prompt]:
+    """Return the items of ``tests`` that the set ``set_name`` (holding ``prompts``) still has to be checked against:
+    all of them unless ``record`` (CHECKED_META) says the build checked this very content with these settings."""
+    if (not isinstance(record, dict) or record.get("settings") != fingerprint
+            or record.get("sets", {}).get(set_name) != content_key(prompts)):
+        return list(tests)
+    seen = set(record.get("tests", []))
+    return [t for t in tests if item_key(t) not in seen]

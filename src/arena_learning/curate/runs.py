@@ -233,7 +233,7 @@ def run_pool(
 
     The build cleans the sources, decontaminates them against the test sets and cuts D0..D{n-1}.
     """
-    from .decontam import decontaminate
+    from .decontam import CHECKED_META, checked_record, decontaminate, near_copy_fingerprint
     from .embed import text_embedder
     from .ingest import ingest
     from .slices import cut_slices, slice_names
@@ -318,6 +318,9 @@ def run_pool(
         store.set_meta("pool/steps", [asdict(s) for s in steps])
         store.set_meta("pool/per_cluster", per_cluster)
         store.set_meta("pool/decontam_matches", matches)
+        # what was checked: the flywheel checks these sets only against test items added since (curate.decontam)
+        store.set_meta(CHECKED_META, checked_record(near_copy_fingerprint(dc, cfg.embed), tests, {
+            "pool/clean": pool, **{f"pool/{name}": part for name, part in zip(names, slices)}}))
         return store.root, PoolResult(pool, slices, steps, matches, per_cluster)
 
 

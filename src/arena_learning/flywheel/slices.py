@@ -75,8 +75,9 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
     A stored slice is also checked against every test set in the workspace with the tests ``arena
     pool build`` uses (MinHash near-copies, long shared n-grams; curate.decontam), since a test set
     may come after the pool was built: what it drops is counted in ``near`` (slice -> reason -> n)
-    and in the dropped count. Task-suite slices are exact-disjoint by construction; their items
-    share templates by design, so near-copy tests do not apply to them.
+    and in the dropped count. The test items the build already checked this very set against, with the same
+    settings, are not checked again (curate.decontam.unchecked_tests). Task-suite slices are exact-disjoint by
+    construction; their items share templates by design, so near-copy tests do not apply to them.
 
     A slice drawn by ``allocate: weakness`` (``cfg.aimed_slices()``) is drawn later, from its candidates
     (``aimed_candidates``), which go into ``candidates``; what is returned for it is the uniform draw of its
@@ -90,6 +91,8 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
         banned |= {_norm(q) for q in cfg.harvest.samples.questions()}
     out: dict[str, tuple[list[Prompt], int]] = {}
     embed = None  # one embedder for every stored slice: the test set's embeddings are made once
+    record: Any = None  # what `arena pool build` checked (curate.decontam.CHECKED_META)
+    fingerprint = ""
     for pos, (name, spec) in enumerate(cfg.pool.items()):
         if spec.set is not None:
             got = store.get_prompts(spec.set) if store is not None else []
@@ -100,10 +103,15 @@ def slice_prompts(cfg: FlywheelConfig, test: Sequence[Prompt], store: Store | No
                                  "(n, seed)")
             prompts = [p for p in got if not any(_norm(t) in banned for t in p.turns)]
             if embed is None:
+                from ..curate.decontam import CHECKED_META, near_copy_fingerprint, unchecked_tests
                 from ..curate.embed import text_embedder
 
                 embed = text_embedder(cfg.decontam.embed)
-            prompts, why, _ = near_copies_dropped(prompts, tests, cfg.decontam, embed)
+                record = store.get_meta(CHECKED_META) if store is not None else None
+                fingerprint = near_copy_fingerprint(cfg.decontam, cfg.decontam.embed)
+            # only against the test items that `arena pool build` did not check this very set against
+            rest = unchecked_tests(record, spec.set, got, tests, fingerprint)
+            prompts, why, _ = near_copies_dropped(prompts, rest, cfg.decontam, embed)
             if near is not None and why:
                 near[name] = why
             pool = prompts
