@@ -302,8 +302,8 @@ def test_the_readmes_flywheel_quickstart_runs_as_written_on_one_small_round(tmp_
     """`arena flywheel examples/flywheel.yaml` with one round of one SFT step on small slices: a round table."""
     args = _readme_command("arena flywheel examples/flywheel.yaml")
     assert args == ["flywheel", "examples/flywheel.yaml"]
-    proc = _arena(*args, "-w", str(tmp_path / "ws"), "--json", "--set", "tasks.n=12",
-                  "--set", "pool={D0: {n: 12, seed: 101}}", "--set", "rounds=[{stages: [{kind: sft, slice: D0}]}]",
+    proc = _arena(*args, "-w", str(tmp_path / "ws"), "--json", "--set", "tasks.n=6",
+                  "--set", "pool={D0: {n: 6, seed: 101}}", "--set", "rounds=[{stages: [{kind: sft, slice: D0}]}]",
                   "--set", "training.sft.max_steps=1", "--set", "ratings.bootstrap=10")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
