@@ -130,6 +130,24 @@ def test_ray_backend_gives_the_local_run_and_a_killed_actor_neither_loses_nor_re
     assert ray.available_resources().get("CPU", 0) == 2
 
 
+def test_an_engine_actor_runs_its_local_model_on_the_cpus_ray_reserved_for_it(cluster):
+    """Not on every core of its node (two actors on two cores would run four spinning llama.cpp threads); a spec's own
+    n_threads wins."""
+    from arena_learning.scale.ray_backend import ray_backend
+
+    cfg = load_config_file(QUICKSTART, RunConfig, ["tasks.n=1", "scale.backend=ray"])
+    spec = cfg.models[0]
+    assert spec.n_threads is None and cfg.scale.defaults.num_cpus == 1
+    with ray_backend(cfg.scale) as backend:
+        backend.engine(spec)
+        pool = next(iter(backend.pools.values()))
+        pool.ensure()
+        actor = pool.actors[0]
+        assert ray.get(actor.threads_of.remote(spec.model_dump_json())) == 1
+        two = spec.model_copy(update={"n_threads": 2})
+        assert ray.get(actor.threads_of.remote(two.model_dump_json())) == 2
+
+
 def test_ray_backend_errors_are_clear(tmp_path, cluster, monkeypatch):
     cfg = load_config_file(QUICKSTART, RunConfig, ["tasks.n=3", "scale.backend=ray",
                                                    "models.gemma-270m-0shot.model=/nonexistent/model.gguf"])

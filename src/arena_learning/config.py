@@ -266,7 +266,7 @@ class ModelSpec(Section):
     # llamacpp
     n_ctx: int = Field(2048, description="llamacpp: the context window in tokens (prompt and answer together)")
     n_threads: int | None = Field(None, description="llamacpp: CPU threads (default: the cores this process may run "
-                                  "on)")
+                                  "on; in a Ray engine actor, the CPUs it reserved: scale num_cpus)")
     # exclude=True: in no identity (flywheel fingerprints and model identities stay what they were); the ledger keys
     # a batched call with its decoding and row count (engines/llamacpp.py: key_params)
     parallel: int = Field(8, ge=1, exclude=True, description="llamacpp: completion-mode requests, greedy or seeded "
@@ -532,7 +532,9 @@ class ScaleResources(Section):
     """What one engine actor of a model needs on the Ray cluster, and how many of them run."""
 
     replicas: int = Field(1, ge=1, description="engine actors of the model (each loads the model once)")
-    num_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves for each engine actor")
+    num_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves for each engine actor; a local model "
+                            "(llamacpp, transformers) in it runs on that many threads (at least one) unless its "
+                            "n_threads is set")
     num_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves for each engine actor")
 
 

@@ -57,18 +57,28 @@ def import_ray() -> Any:
 class EngineHost:
     """The body of an engine actor: the engines of the specs sent to it, built on first use."""
 
-    def __init__(self, secrets: dict[str, str]):
+    def __init__(self, secrets: dict[str, str], threads: int = 1):
         # API keys named by api_key_env, from the driver's environment when the worker lacks them:
         # they live in this process's environment only, never in a task's arguments or results.
         for name, value in secrets.items():
             os.environ.setdefault(name, value)
         self.engines: dict[str, Engine] = {}
+        # A local model runs on as many threads as the CPUs Ray reserved for this actor, not on every core of its
+        # node: actors sharing a node would otherwise run several times more threads than it has cores, and
+        # llama.cpp's threads wait for each other spinning. A spec's own n_threads wins.
+        self.threads = threads
 
     def _engine(self, spec_json: str) -> Engine:
         if spec_json not in self.engines:
             spec = ModelSpec.model_validate_json(spec_json)
+            if spec.n_threads is None:
+                spec = spec.model_copy(update={"n_threads": self.threads})
             self.engines[spec_json] = engine_class(spec)(spec)
         return self.engines[spec_json]
+
+    def threads_of(self, spec_json: str) -> int | None:
+        """The thread count the spec's engine runs with in this actor."""
+        return self._engine(spec_json).spec.n_threads
 
     def pid(self) -> int:
         return os.getpid()
@@ -124,7 +134,8 @@ class ActorPool:
         """Start the actors if they are not running (making room on the cluster first)."""
         if not self.actors:
             self.backend.make_room(self)
-            self.actors = [self.remote.remote(self.secrets) for _ in range(self.resources.replicas)]
+            threads = max(1, int(self.resources.num_cpus))  # what Ray reserved for each actor (at least one)
+            self.actors = [self.remote.remote(self.secrets, threads) for _ in range(self.resources.replicas)]
             self.load = [0] * len(self.actors)
 
     @property
