@@ -24,7 +24,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from .dedupe import (
     word_units,
     words,
 )
+
+if TYPE_CHECKING:
+    from .settings import EmbedSettings, NearCopySettings
 
 
 def _units(prompts: Sequence[Prompt], min_later_words: int = 0, raw: bool = False) -> tuple[list[str], np.ndarray]:
@@ -214,12 +217,12 @@ def nearest_tests(pool_vecs: np.ndarray, test_vecs: np.ndarray, threshold: float
 CHECKED_META = "pool/decontaminated"
 
 
-def near_copy_fingerprint(s: Any, embed: Any) -> str:
+def near_copy_fingerprint(s: NearCopySettings, embed: EmbedSettings) -> str:
     """Return what decides the near-copy tests' verdicts: ``s``'s NearCopySettings and ``embed``'s model (the model
     and its truncation; not the batch size or device, which change the embeddings' last bits only)."""
     from .settings import NearCopySettings
 
-    fields = {k: getattr(s, k) for k in NearCopySettings.model_fields}
+    fields: dict[str, Any] = {k: getattr(s, k) for k in NearCopySettings.model_fields}
     if fields.get("embedding_threshold") is not None:
         fields["embed"] = {"model": embed.model, "text": embed.text, "max_seq_length": embed.max_seq_length}
     return json.dumps(fields, sort_keys=True)
