@@ -94,8 +94,9 @@ def test_paraphrases_of_test_items_are_caught_by_embeddings_alone_and_real_promp
     assert len(off[0]) == len(pool) + len(planted)
 
 
-def test_an_embedder_asked_the_same_list_again_returns_its_result_without_a_second_pass(monkeypatch):
-    # A flywheel checks each stored slice against one test set: its texts go through the model once.
+def test_an_embedder_embeds_a_text_once_whether_asked_the_same_list_or_part_of_it(monkeypatch):
+    # A flywheel checks each stored slice against one test set; a pool build clusters what decontamination kept
+    # of the texts it embedded: each text goes through the model once.
     import numpy as np
 
     from arena_learning.curate import embed as embed_mod
@@ -112,8 +113,16 @@ def test_an_embedder_asked_the_same_list_again_returns_its_result_without_a_seco
     assert passes == [3] and again[0, 0] != 99.0
     fresh = embed_mod.text_embedder(EmbedSettings(max_seq_length=64))(list(tests))
     assert np.array_equal(again, fresh)  # bit for bit a fresh embedder's
-    other = embed(tests[:2])  # another list is embedded (its batches are its own)
-    assert passes == [3, 3, 2] and np.allclose(other, fresh[:2], atol=1e-5)
+    heard = []
+    part = embed([tests[2], tests[0]], heard.append)  # rows of the kept list, in the order asked
+    assert passes == [3, 3] and heard == [2] and np.array_equal(part, fresh[[2, 0]])
+    part[0, 0] = 99.0
+    assert embed(list(tests))[2, 0] != 99.0
+    # a fresh pass over the smaller list agrees to float32 rounding (here its padding is the same: bit for bit)
+    smaller = embed_mod.text_embedder(EmbedSettings(max_seq_length=64))([tests[2], tests[0]])
+    assert passes == [3, 3, 2] and np.allclose(smaller, fresh[[2, 0]], atol=1e-6)
+    other = embed([tests[0], "A text no kept list holds."])  # one new text: that list is embedded
+    assert passes == [3, 3, 2, 2] and np.allclose(other[0], fresh[0], atol=1e-5)
 
 
 def test_shared_boilerplate_alone_does_not_make_an_item_contaminated():

@@ -169,13 +169,25 @@ class TextEmbedder(Protocol):
 def text_embedder(s: EmbedSettings) -> TextEmbedder:
     """Return texts -> unit-length embeddings, float32 (N, D), by the model of ``s`` (loaded on the first call).
 
-    The embedder keeps what it returned for the last few lists of texts: the same list asked again (a flywheel's
-    test set, checked against each of its stored slices; a pool that decontamination embedded whole, then
-    clustered) comes back without a second pass through the model. Only an identical list is reused, never single
-    texts: a list's batches (and so its rounding) are its own, so a reused result is bit for bit the one a fresh
-    call would give.
+    The embedder keeps what it returned for the last few lists of texts, so a text goes through the model once:
+    the same list asked again (a flywheel's test set, checked against each of its stored slices) comes back whole,
+    and a list whose every text a kept list holds (a pool that decontamination embedded whole, then clustered
+    without the prompts it dropped) comes back as those rows. A row is the one the kept pass computed: rows of a
+    pass do not depend on the other texts of their batch but for the batch's padded length, so a row taken from a
+    kept list equals a fresh pass over the smaller list to float32 rounding (bit for bit where the padding is the
+    same; tests/test_curate_pool.py), and a build that takes it does so every time it runs.
     """
-    seen: OrderedDict[tuple[str, ...], np.ndarray] = OrderedDict()
+    seen: OrderedDict[tuple[str, ...], tuple[np.ndarray, dict[str, int]]] = OrderedDict()
+
+    def kept_rows(texts: list[str]) -> np.ndarray | None:
+        for key in reversed(seen):  # the latest list first
+            vecs, where = seen[key]
+            if not where:
+                where.update((t, i) for i, t in enumerate(key))
+            if all(t in where for t in texts):
+                seen.move_to_end(key)
+                return vecs[[where[t] for t in texts]]  # fancy indexing: a copy
+        return None
 
     def embed(texts: list[str], advance: Callable[[int], None] | None = None) -> np.ndarray:
         key = tuple(texts)
@@ -183,11 +195,16 @@ def text_embedder(s: EmbedSettings) -> TextEmbedder:
             seen.move_to_end(key)
             if advance is not None:
                 advance(len(texts))
-            return seen[key].copy()
+            return seen[key][0].copy()
+        rows = kept_rows(texts) if texts else None
+        if rows is not None:
+            if advance is not None:
+                advance(len(texts))
+            return rows
         model = load_embedder(s.model, s.device, s.max_seq_length)
         with torch_threads(s.threads):
             out = embed_texts(model, texts, s.batch_size, advance)
-        seen[key] = out
+        seen[key] = (out, {})
         while len(seen) > _KEPT_LISTS:
             seen.popitem(last=False)
         return out.copy()

@@ -273,8 +273,8 @@ def run_pool(
             cleaned, steps = _clean(store, prompts, cfg, track)
             steps.insert(0, first)
             advance = track("decontaminate", len(cleaned))
-            # one embedder for decontamination and clustering: when decontamination embedded exactly the texts
-            # clustering embeds (single-turn prompts, none dropped by n-gram or embedding), that pass is not repeated
+            # one embedder for decontamination and clustering: the texts decontamination embedded (single-turn
+            # prompts, whatever it dropped) are not embedded again for the clusters
             embedder = text_embedder(cfg.embed)
             pool, dropped, matches = decontaminate(
                 cleaned,
