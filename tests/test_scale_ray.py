@@ -51,9 +51,16 @@ def cluster():
         ray.shutdown()
 
 
+def load(overrides: list[str]) -> RunConfig:
+    """The quickstart's config with ``overrides``, on its first two prompt formats: one pair of models, so the
+    judge (the costly part here) plays two games a prompt."""
+    cfg = load_config_file(QUICKSTART, RunConfig, ["ratings.bootstrap=0", *overrides])
+    return cfg.model_copy(update={"models": cfg.models[:2]})
+
+
 def run(ws, overrides):
     """Run the quickstart stages into ``ws``; return (answers, judgments, battles, ledger rows)."""
-    cfg = load_config_file(QUICKSTART, RunConfig, ["ratings.bootstrap=0", *overrides])
+    cfg = load(overrides)
     with Store(ws) as store, scaled(cfg.scale):
         prompts = pipeline.stage_prompts(cfg, store)
         pipeline.stage_answer(cfg, store, prompts=prompts, show_progress=False)
@@ -77,13 +84,12 @@ def results(ws, judge):
 def test_ray_backend_gives_the_local_run_and_a_killed_actor_neither_loses_nor_repeats_work(tmp_path, cluster):
     """One local run and one through Ray whose first engine actor is killed (SIGKILL) mid-run: the same answers,
     verdicts, battles and ledger keys, every call made once."""
-    # 4 prompts: 12 answers in batches of 2, so a kill after 3 calls lands mid-run; the judge re-asks (2 prompts
-    # gave no re-ask)
+    # 4 prompts: 8 answers in batches of 2, so a kill after 3 calls lands mid-run; the judge re-asks some games
+    # (the ledger holds more calls than answers and games)
     overrides = ["tasks.n=4", "tasks.seed=3", *LLM_JUDGE]
     local = run(tmp_path / "local", overrides)
     ws = tmp_path / "ray"
-    cfg = load_config_file(QUICKSTART, RunConfig, ["ratings.bootstrap=0", *overrides, "scale.backend=ray",
-                                                   "scale.batch_size=2", "scale.max_restarts=2"])
+    cfg = load([*overrides, "scale.backend=ray", "scale.batch_size=2", "scale.max_restarts=2"])
     killed: dict = {}
 
     def killer(backend) -> None:
@@ -115,12 +121,12 @@ def test_ray_backend_gives_the_local_run_and_a_killed_actor_neither_loses_nor_re
         thread.join(timeout=60)
     assert "pid" in killed, "the actor was not killed mid-run"
     assert killed["niceness"] == 0  # not Ray's default 15: beside other work, a niced actor crawls
-    assert killed["done"] < 4 * 3, "the kill came after the last answer"
+    assert killed["done"] < 4 * 2, "the kill came after the last answer"
     assert killed["new_pid"] != killed["pid"]
     remote = results(ws, cfg.judge.name)
     answers, judgments, _, calls = remote
-    assert len(answers) == 4 * 3 and len(judgments) == 4 * 3 * 2  # battles: only from verdicts that parsed
-    assert len(calls) > 4 * 3 + 4 * 3 * 2  # the answers, each game's verdict and re-asks
+    assert len(answers) == 4 * 2 and len(judgments) == 4 * 2  # battles: only from verdicts that parsed
+    assert len(calls) > 4 * 2 + 4 * 2, calls  # the answers, each game's verdict and re-asks
     assert remote == local  # answers, verdicts, battles and the very ledger keys
     assert all(status == "ok" and attempts == 1 for _, status, attempts in calls)
     # The engine actors are gone with the block: their CPUs are free again.
