@@ -168,6 +168,41 @@ def test_grpo_with_the_chance_corrected_verifier_reward(stages, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_map_with_a_tokenizer_is_named_by_the_tokenizers_name_and_still_tokenizes_with_it():
+    """What the trainers' tokenizing maps get: the same rows, a name that does not pickle the vocabulary."""
+    import datasets.arrow_dataset as arrow_dataset
+    import datasets.fingerprint as fingerprint
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    def tokenizer(vocab: dict[str, int], name: str = "tiny") -> PreTrainedTokenizerFast:
+        raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+        raw.pre_tokenizer = pre_tokenizers.Whitespace()
+        return PreTrainedTokenizerFast(tokenizer_object=raw, name_or_path=name)
+
+    one, other = tokenizer({"[UNK]": 0, "a": 1, "b": 2}), tokenizer({"[UNK]": 0, "a": 2, "b": 1})
+    ds = Dataset.from_list([{"text": "a b"}, {"text": "b"}])
+
+    def tokenize(example, processing_class):
+        return {"ids": processing_class(example["text"])["input_ids"]}
+
+    def mapped(tok):
+        out = ds.map(tokenize, fn_kwargs={"processing_class": tok})
+        return out["ids"], out._fingerprint
+
+    (ids1, fp1), (ids2, fp2) = mapped(one), mapped(other)
+    assert ids1 == [[1, 2], [2]] and ids2 == [[2, 1], [1]] and fp1 != fp2  # datasets hashes the vocabulary
+    full = fingerprint.update_fingerprint
+    with train.tokenizers_fingerprinted_by_name():
+        (in1, light1), (in2, light2) = mapped(one), mapped(other)
+        renamed = mapped(tokenizer({"[UNK]": 0, "a": 1, "b": 2}, name="other"))[1]
+    assert (in1, in2) == (ids1, ids2)  # each map still tokenizes with its own tokenizer
+    assert light1 == light2 != renamed  # named by class, name, size and template: the vocabulary is not pickled
+    assert fingerprint.update_fingerprint is full and arrow_dataset.update_fingerprint is full  # put back
+    assert mapped(one)[1] == fp1
+
+
 def test_answer_tokens_only_head_gives_the_full_heads_loss_and_gradients():
     """On the CPU the fused LM head scores only the answer tokens inside the hook, and that changes nothing."""
     import torch

@@ -395,6 +395,45 @@ def answer_tokens_only_on_cpu() -> Iterator[None]:
         trl_utils._use_triton = scores_compact
 
 
+@contextlib.contextmanager
+def tokenizers_fingerprinted_by_name() -> Iterator[None]:
+    """Within the block, ``datasets`` fingerprints a ``map`` whose ``fn_kwargs`` hold a tokenizer by the tokenizer's
+    class, name, size and chat template, not by pickling it whole.
+
+    TRL's SFT, DPO and reward trainers tokenize their dataset with ``Dataset.map(..., fn_kwargs={"processing_class":
+    tok})``, and ``datasets`` names every map's result by hashing its arguments: it pickles the tokenizer with its
+    whole vocabulary (seconds for Gemma 3's 262,144 tokens, each time a trainer is built). The datasets
+    here are built in memory (``Dataset.from_list``) and never read from or written to a cache, so the name is only
+    a name; the tokenized rows are the same. Hand-written because neither ``datasets`` nor TRL lets a caller name
+    a map's result through the trainer; ``datasets`` computes the name in two places (the ``map`` method and the
+    transform decorator), both patched and put back after the block.
+    """
+    import datasets.arrow_dataset as arrow_dataset
+    import datasets.fingerprint as fingerprint
+    from transformers import PreTrainedTokenizerBase
+
+    full = fingerprint.update_fingerprint
+    if arrow_dataset.update_fingerprint is not full:
+        raise RuntimeError("datasets.arrow_dataset.update_fingerprint is not datasets.fingerprint's: this datasets "
+                           "is not the one the project installs (pip install -e . reinstalls it)")
+
+    def named(tok: PreTrainedTokenizerBase) -> str:
+        return f"{type(tok).__name__} {tok.name_or_path} {len(tok)} {tok.chat_template!r}"
+
+    def light(fp: str, transform: Any, transform_args: dict[str, Any]) -> str:
+        kw = transform_args.get("fn_kwargs")
+        if isinstance(kw, dict) and any(isinstance(v, PreTrainedTokenizerBase) for v in kw.values()):
+            kw = {k: named(v) if isinstance(v, PreTrainedTokenizerBase) else v for k, v in kw.items()}
+            transform_args = {**transform_args, "fn_kwargs": kw}
+        return full(fp, transform, transform_args)
+
+    fingerprint.update_fingerprint = arrow_dataset.update_fingerprint = light
+    try:
+        yield
+    finally:
+        fingerprint.update_fingerprint = arrow_dataset.update_fingerprint = full
+
+
 def _run(trainer: Any, tok: Any, stage: Path, kind: str, n_rows: int, started: float, retrain: bool,
          run: RunOptions | None = None) -> TrainSummary:
     work = stage / WORK_DIR
@@ -437,8 +476,9 @@ def train_sft(base: str | Path, items: Sequence[SFTItem], stage: str | Path, set
     model, tok = _load_causal(base_p)
     args = SFTConfig(**_common_args(s, stage_p / WORK_DIR, len(rows), run), max_length=s.max_length,
                      completion_only_loss=s.completion_only_loss, packing=False)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                         peft_config=_lora(s), callbacks=[_loss_logger(stage_p / LOSSES, "sft")])
+    with tokenizers_fingerprinted_by_name():
+        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                             peft_config=_lora(s), callbacks=[_loss_logger(stage_p / LOSSES, "sft")])
     return _run(trainer, tok, stage_p, "sft", len(rows), started, retrain, run)
 
 
@@ -466,8 +506,9 @@ def train_dpo(base: str | Path, items: Sequence[PreferenceItem], stage: str | Pa
     if s.ld_alpha is not None:
         extra["ld_alpha"] = s.ld_alpha
     args = DPOConfig(**_common_args(s, stage_p / WORK_DIR, len(rows), run), **extra)
-    trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                         peft_config=_lora(s), callbacks=[_loss_logger(stage_p / LOSSES, "dpo")])
+    with tokenizers_fingerprinted_by_name():
+        trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                             peft_config=_lora(s), callbacks=[_loss_logger(stage_p / LOSSES, "dpo")])
     return _run(trainer, tok, stage_p, "dpo", len(rows), started, retrain, run)
 
 
@@ -496,8 +537,9 @@ def train_reward(base: str | Path, items: Sequence[PreferenceItem], stage: str |
     model.config.pad_token_id = tok.pad_token_id
     clear_quantization(model)
     args = RewardConfig(**_common_args(s, stage_p / WORK_DIR, len(rows), run), max_length=s.max_length)
-    trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                            peft_config=_lora(s, "SEQ_CLS"), callbacks=[_loss_logger(stage_p / LOSSES, "rm")])
+    with tokenizers_fingerprinted_by_name():
+        trainer = RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                                peft_config=_lora(s, "SEQ_CLS"), callbacks=[_loss_logger(stage_p / LOSSES, "rm")])
     return _run(trainer, tok, stage_p, "rm", len(rows), started, retrain, run)
 
 
