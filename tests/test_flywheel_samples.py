@@ -238,22 +238,23 @@ def test_a_flywheel_with_samples_plans_runs_and_resumes_them_through_the_ledger(
     from .test_plan import FLYWHEEL
 
     data = json.loads(json.dumps(FLYWHEEL))
-    data["tasks"] = {"n": 12, "seed": 0, "suite": 2}
-    data["pool"] = {"D0": {"n": 12, "seed": 101}}
-    data["rounds"] = [{"stages": [{"kind": "sft", "slice": "D0"}]}]
+    data["tasks"] = {"n": 6, "seed": 0, "suite": 2}
+    data["pool"] = {"D0": {"n": 6, "seed": 101}}
+    # selection all: the round has data whatever the battles say, so its model is trained and rated as planned
+    data["rounds"] = [{"stages": [{"kind": "sft", "slice": "D0", "selection": "all"}]}]
     data["harvest"] = {"samples": {"k": 2, "temperature": 1.0, "seed": 3}, "balance": True}
     cfg = validate_config(data, FlywheelConfig, "test")
     planned: dict[str, int] = {}
     for x in plan_flywheel(cfg, None).lines:
         planned[x.model] = planned.get(x.model, 0) + x.to_send
     planned = {m: n for m, n in planned.items() if n}
-    assert planned["student-base-sample0"] == planned["student-base-sample1"] == 12
+    assert planned["student-base-sample0"] == planned["student-base-sample1"] == 6
     with Store(tmp_path / "ws") as store:
         run_flywheel(cfg, store, show_progress=False)
         made = dict(store.db.execute("SELECT requested_by, COUNT(*) FROM calls GROUP BY requested_by").fetchall())
         assert made == planned
         samples = [store.get_answers(f"student-base-sample{i}", "flywheel/D0") for i in (0, 1)]
-        assert all(len(s) == 12 for s in samples)
+        assert all(len(s) == 6 for s in samples)
         assert [a.turns for a in samples[0]] != [a.turns for a in samples[1]]
         # a rerun asks nothing again but the calls that failed (an empty sampled completion is recorded as a failed
         # call by the transformers engine, and retried on the next run)
