@@ -208,12 +208,12 @@ def _wait_for_checkpoint(proc: subprocess.Popen, work: Path, timeout: float = 60
 def killed_and_resumed(module_tmp):
     tmp = module_tmp
     data = json.loads(json.dumps(CONFIG))
-    data["training"]["sft"]["max_steps"] = 2
+    data["training"]["sft"]["save_steps"] = 2  # a checkpoint every other step: 3 of 6, not 6
     cfg_path = tmp / "fw.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
     ws = tmp / "ws"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # Round 1 trains 6 steps: the first run is killed once it has a checkpoint.
+    # Each round trains 6 steps (--set): the first run is killed once round 1 has a checkpoint, 4 steps before its end.
     cmd = [*ARENA, "flywheel", str(cfg_path), "-w", str(ws), "--set", "training.sft.max_steps=6"]
     with open(tmp / "first.log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -488,6 +488,7 @@ def test_a_sweep_trains_variants_beside_a_finished_stage_from_the_same_model_on_
     k = killed_and_resumed
     data = json.loads(json.dumps(CONFIG))
     data["training"]["sft"]["max_steps"] = 6  # the first runs' --set: the main stages' inputs unchanged
+    data["training"]["sft"]["save_steps"] = 2
     # "base": ReST-EM's start, the untrained target at a learning rate that leaves it as it was
     data["rounds"][1]["stages"][0]["sweep"] = {"lr1e-3": {"learning_rate": 1e-3, "max_steps": 1},
                                                "base": {"start": "base", "learning_rate": 1e-12, "max_steps": 1}}
