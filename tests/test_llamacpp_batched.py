@@ -415,13 +415,13 @@ def test_chat_and_json_schema_requests_batch_and_each_answer_is_its_request_alon
     # together, reversed and beside plain completions.
     import json
 
-    spec = ModelSpec(name="chat", engine="llamacpp", mode="chat", chat_format="gemma", n_threads=1, parallel=8,
+    spec = ModelSpec(name="chat", engine="llamacpp", mode="chat", chat_format="gemma", n_threads=1, parallel=4,
                      params={"max_tokens": 24, "temperature": 0.0})
     engine = LlamaCppEngine(spec)
-    schema, free = judge_like(4, True), judge_like(4, False)  # 8 rows: every slot of parallel 8 taken
+    schema, free = judge_like(2, True), judge_like(2, False)  # 4 rows: every slot of parallel 4 taken
     requests = [*schema, *free]
     assert all(engine.batched(r) for r in requests)
-    assert engine.key_params(schema[0])["decoding"] == "batched-v2x8"   # keyed apart from one-at-a-time verdicts
+    assert engine.key_params(schema[0])["decoding"] == "batched-v2x4"   # keyed apart from one-at-a-time verdicts
     assert not LlamaCppEngine(spec.model_copy(update={"parallel": 1})).batched(schema[0])  # the opt-out
     # the prompt is the chat handler's own: create_chat_completion counts the same prompt tokens
     one = engine.complete_sync(free[0])
@@ -438,7 +438,7 @@ def test_chat_and_json_schema_requests_batch_and_each_answer_is_its_request_alon
         return await asyncio.gather(*(asyncio.wrap_future(batcher.submit(j)) for j in jobs))
 
     asyncio.run(go())
-    assert [tuple(j.picked) for j in jobs[4:]] == alone and load_batcher(engine.spec).peak == 8
+    assert [tuple(j.picked) for j in jobs[4:]] == alone and load_batcher(engine.spec).peak == 4
 
     async def answers():
         return await asyncio.gather(*(engine.complete(r) for r in schema))
