@@ -73,6 +73,55 @@ def test_the_served_spec_keeps_the_targets_prompting():
         target.name, target.mode, target.prompt_format, target.params, target.n_threads)
 
 
+def test_the_template_reader_reads_every_value_type_as_the_gguf_library_does(tmp_path):
+    """``read_template_meta`` (the export's fast parse) against ``gguf.GGUFReader`` on a file with a key of
+    every value type, arrays of strings and numbers, unicode and empty ones; an array of arrays, which it does
+    not parse, is read by the library instead."""
+    import gguf
+
+    from arena_learning.engines import gguf_export
+
+    T = gguf.GGUFValueType
+    kvs = [("u8", 7, T.UINT8), ("i8", -7, T.INT8), ("u16", 700, T.UINT16), ("i16", -700, T.INT16),
+           ("u32", 70000, T.UINT32), ("i32", -70000, T.INT32), ("f32", 0.1, T.FLOAT32), ("yes", True, T.BOOL),
+           ("s", "Grüße, 世界", T.STRING), ("u64", 2**40, T.UINT64), ("i64", -(2**40), T.INT64),
+           ("f64", 0.1, T.FLOAT64)]
+
+    def write(path, nested):
+        w = gguf.GGUFWriter(str(path), arch="llama")
+        for key, val, vtype in kvs:
+            w.add_key_value(f"t.{key}", val, vtype)
+        w.add_array("t.tokens", ["<s>", "", "▁der", "ü", "\n"])
+        w.add_array("t.scores", [0.0, -1.5, 3.25])
+        w.add_array("t.types", [1, 2, 3])
+        w.add_array("t.empty", [])
+        if nested:
+            w.add_array("t.nested", [[1, 2], [3]])
+        w.add_tensor("a.weight", np.zeros((3, 5), np.float32))
+        w.add_tensor("b.bias", np.ones(4, np.float16))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return path
+
+    flat = str(write(tmp_path / "flat.gguf", nested=False))
+    fast, lib = gguf_export.read_template_meta(flat), gguf_export._library_meta(flat)
+    assert list(fast.fields) == list(lib.fields) and fast.tensors == lib.tensors == [("a.weight", (3, 5)),
+                                                                                     ("b.bias", (4,))]
+    for key, field in lib.fields.items():
+        assert fast.fields[key] == field, key
+        assert type(fast.get(key)) is type(field.value), key
+    assert fast.get("t.tokens") == ["<s>", "", "▁der", "ü", "\n"] and fast.get("t.f32") == np.float32(0.1)
+    nested = str(write(tmp_path / "nested.gguf", nested=True))
+    with pytest.raises(gguf_export._Unsupported, match="t.nested"):
+        gguf_export.read_template_meta(nested)
+    assert gguf_export._reader(nested, 0, 0).get("t.u64") == 2**40  # the library's parse instead
+    (tmp_path / "not.gguf").write_bytes(b"not a GGUF file at all, but long enough to hold a header")
+    with pytest.raises(ValueError, match="magic"):  # no GGUF at all: the library's own error
+        gguf_export._reader(str(tmp_path / "not.gguf"), 0, 0)
+
+
 @pytest.mark.slow
 def test_the_export_holds_the_bundled_tensors_and_is_reused(tmp_path):
     """bundled GGUF -> HF folder (float32) -> GGUF f32: every tensor equals the bundled one dequantized."""
@@ -95,6 +144,9 @@ def test_the_export_holds_the_bundled_tensors_and_is_reused(tmp_path):
     assert new.fields["general.file_type"].contents() == 0
     keys = {k for k in orig.fields if not k.startswith("GGUF.")} - {"general.quantization_version"}
     assert keys == {k for k in new.fields if not k.startswith("GGUF.")}
+    copied = keys - {"general.file_type"}  # every other key/value is the template's, tokenizer included
+    assert all(new.fields[k].contents() == orig.fields[k].contents() for k in copied)
+    assert len(new.fields["tokenizer.ggml.tokens"].contents()) == 262144
     marker_path(out).unlink()  # an export whose marker is gone (killed before it was written) is made again
     assert export_gguf(bundled_hf_folder(), out, quantize="f32").stat().st_mtime_ns != mtime
 

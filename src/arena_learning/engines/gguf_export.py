@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import json
 import logging
@@ -158,23 +159,144 @@ def read_hf_tensors(folder: Path) -> dict[str, Any]:
     return out
 
 
-def template_reader(template: Path) -> Any:
-    """Return a ``GGUFReader`` of ``template``, parsed once per process and file version (parsing the bundled
-    file's 262144-token vocabulary takes 10-25 s on 2 cores)."""
+@dataclasses.dataclass(frozen=True)
+class TemplateField:
+    """One key/value of a template GGUF: its value type, its items' type for an array, and its value (a list
+    for an array), as ``gguf.ReaderField.contents()`` gives it."""
+
+    name: str
+    type: int
+    sub_type: int | None
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class TemplateMeta:
+    """What the export reads of a template GGUF: its key/values in file order and each tensor's name and shape
+    (numpy order, as the HF tensor that fills it)."""
+
+    fields: dict[str, TemplateField]
+    tensors: list[tuple[str, tuple[int, ...]]]
+
+    def get(self, key: str) -> Any:
+        """Return the value of ``key`` (None when the template has no such key)."""
+        f = self.fields.get(key)
+        return None if f is None else f.value
+
+
+# GGUF value types (gguf.GGUFValueType): struct format of each fixed-size one
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+_GGUF_MAGIC = 0x46554747  # b"GGUF" read as a little-endian uint32
+
+
+class _Unsupported(Exception):
+    """A GGUF this reader does not parse (byte order, version, nested arrays): gguf's own reader does."""
+
+
+def template_reader(template: Path) -> TemplateMeta:
+    """Return ``template``'s metadata and tensor shapes, read once per process and file version."""
     st = template.resolve().stat()
     return _reader(str(template.resolve()), st.st_size, st.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=2)
-def _reader(path: str, size: int, mtime_ns: int) -> Any:
+def _reader(path: str, size: int, mtime_ns: int) -> TemplateMeta:
+    try:
+        return read_template_meta(path)
+    except _Unsupported:
+        return _library_meta(path)
+
+
+def read_template_meta(path: str) -> TemplateMeta:
+    """Parse a little-endian GGUF (v2, v3)'s header, key/values and tensor infos with ``struct``.
+
+    Hand-written because ``gguf.GGUFReader`` makes a numpy view of every item of every array: the bundled
+    Gemma 3's vocabulary (262,144 tokens, each with a score and a type) takes it 10-25 s on 2 cores, which every
+    process that exports a flywheel stage paid; this reads the same values in well under a second (a test
+    compares the two on every value type). What it does not parse (another byte order or version, an array of
+    arrays) raises ``_Unsupported`` and the library reads it instead."""
+    import mmap
+    import struct
+
+    import numpy as np
+
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        buf = memoryview(mm)
+        try:
+            magic, version, n_tensors, n_kv = struct.unpack_from("<IIQQ", buf, 0)
+            if magic != _GGUF_MAGIC or version not in (2, 3):
+                raise _Unsupported(f"magic {magic:#x}, version {version}")
+            off = 24
+
+            def string(off: int) -> tuple[str, int]:
+                (n,) = struct.unpack_from("<Q", buf, off)
+                return str(buf[off + 8:off + 8 + n], "utf-8"), off + 8 + n
+
+            def scalar(kind: int, off: int) -> tuple[Any, int]:
+                fmt = _SCALARS.get(kind)
+                if fmt is None:
+                    raise _Unsupported(f"value type {kind}")
+                return struct.unpack_from("<" + fmt, buf, off)[0], off + struct.calcsize(fmt)
+
+            fields: dict[str, TemplateField] = {}
+            for _ in range(n_kv):
+                key, off = string(off)
+                (kind,) = struct.unpack_from("<I", buf, off)
+                off += 4
+                sub: int | None = None
+                value: Any
+                if kind == _STRING:
+                    value, off = string(off)
+                elif kind == _ARRAY:
+                    sub, count = struct.unpack_from("<IQ", buf, off)
+                    off += 12
+                    if sub == _STRING:
+                        value = []
+                        for _ in range(count):
+                            item, off = string(off)
+                            value.append(item)
+                    elif sub in _SCALARS:
+                        dtype = np.dtype("<" + _SCALARS[sub])
+                        value = np.frombuffer(buf, dtype, count, off).tolist()
+                        off += dtype.itemsize * count
+                    else:
+                        raise _Unsupported(f"{key}: an array of value type {sub}")
+                else:
+                    value, off = scalar(kind, off)
+                if key in fields:
+                    raise _Unsupported(f"key {key} twice")
+                fields[key] = TemplateField(key, kind, sub, value)
+            tensors = []
+            for _ in range(n_tensors):
+                name, off = string(off)
+                (n_dims,) = struct.unpack_from("<I", buf, off)
+                dims = struct.unpack_from(f"<{n_dims}Q", buf, off + 4)
+                off += 4 + 8 * n_dims + 4 + 8  # dims, then the tensor's type and data offset
+                tensors.append((name, tuple(int(d) for d in reversed(dims))))
+        except (struct.error, UnicodeDecodeError, ValueError) as err:
+            raise _Unsupported(str(err)) from err
+        finally:
+            buf.release()
+    return TemplateMeta(fields, tensors)
+
+
+def _library_meta(path: str) -> TemplateMeta:
+    """``TemplateMeta`` by ``gguf.GGUFReader`` (slow on large vocabularies; reads what ``read_template_meta``
+    does not, or raises its error on a file that is no GGUF)."""
     import gguf
 
-    return gguf.GGUFReader(path)
+    reader = gguf.GGUFReader(path)
+    fields = {f.name: TemplateField(f.name, int(f.types[0]), int(f.types[-1]) if f.types[0] == _ARRAY else None,
+                                    f.contents())
+              for f in reader.fields.values() if not f.name.startswith("GGUF.")}
+    tensors = [(t.name, tuple(int(x) for x in reversed(t.shape.tolist()))) for t in reader.tensors]
+    return TemplateMeta(fields, tensors)
 
 
-def check_config(folder: Path, config: dict[str, Any], reader: Any, template: Path) -> str:
+def check_config(folder: Path, config: dict[str, Any], reader: TemplateMeta, template: Path) -> str:
     """Return the template's architecture after checking the folder's config fits it; else raise ArenaError."""
-    arch = _field(reader, "general.architecture")
+    arch = reader.get("general.architecture")
     model_type = config.get("model_type")
     if ARCHES.get(str(model_type)) != arch:
         raise ArenaError(
@@ -184,11 +306,11 @@ def check_config(folder: Path, config: dict[str, Any], reader: Any, template: Pa
             "'transformers'")
     wrong = []
     for hf_key, gguf_key in SHAPE_KEYS.items():
-        want = _field(reader, f"{arch}.{gguf_key}")
+        want = reader.get(f"{arch}.{gguf_key}")
         have = config.get(hf_key)
         if want is not None and have is not None and int(want) != int(have):
             wrong.append(f"{hf_key} {have} (template {gguf_key} {want})")
-    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    n_vocab = len(reader.get("tokenizer.ggml.tokens") or ())
     if config.get("vocab_size") is not None and int(config["vocab_size"]) != n_vocab:
         wrong.append(f"vocab_size {config['vocab_size']} (template has {n_vocab} tokens)")
     if wrong:
@@ -211,9 +333,9 @@ def write_gguf(folder: Path, template: Path, out: Path, dtype: Literal["f16", "f
     config = config.get("text_config", config) if config.get("model_type") == "gemma3" else config
     reader = template_reader(template)
     arch = check_config(folder, config, reader, template)
-    n_layers = int(_field(reader, f"{arch}.block_count"))
+    n_layers = int(reader.get(f"{arch}.block_count"))
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, GGUF_ARCHES[arch]), n_layers)
-    want = {t.name: tuple(int(x) for x in reversed(t.shape.tolist())) for t in reader.tensors}  # numpy order
+    want = dict(reader.tensors)  # numpy order
     tensors = read_hf_tensors(folder)
     mapped: dict[str, Any] = {}
     unknown = []
@@ -246,21 +368,20 @@ def write_gguf(folder: Path, template: Path, out: Path, dtype: Literal["f16", "f
     writer = gguf.GGUFWriter(str(out), arch=arch)
     file_type = gguf.LlamaFileType.MOSTLY_F16 if dtype == "f16" else gguf.LlamaFileType.ALL_F32
     for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+        if field.name == gguf.Keys.General.ARCHITECTURE:
             continue  # written by GGUFWriter itself
         if field.name in (gguf.Keys.General.FILE_TYPE, gguf.Keys.General.QUANTIZATION_VERSION):
             continue
-        val_type = field.types[0]
-        sub_type = field.types[-1] if val_type == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), val_type, sub_type=sub_type)
+        sub_type = gguf.GGUFValueType(field.sub_type) if field.sub_type is not None else None
+        writer.add_key_value(field.name, field.value, gguf.GGUFValueType(field.type), sub_type=sub_type)
     writer.add_file_type(int(file_type))
-    for t in reader.tensors:  # the template's order
-        arr = mapped[t.name]
-        if arch in ONE_PLUS_NORM and t.name.endswith("norm.weight"):
+    for name, _shape in reader.tensors:  # the template's order
+        arr = mapped[name]
+        if arch in ONE_PLUS_NORM and name.endswith("norm.weight"):
             arr = arr + 1.0  # Gemma's RMSNorm scales by (1 + w); llama.cpp stores 1 + w
         if dtype == "f16" and arr.ndim > 1:
             arr = arr.astype(np.float16)
-        writer.add_tensor(t.name, np.ascontiguousarray(arr.astype(arr.dtype, copy=False)))
+        writer.add_tensor(name, np.ascontiguousarray(arr.astype(arr.dtype, copy=False)))
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
@@ -288,8 +409,3 @@ def quantize_gguf(src: Path, out: Path, kind: Literal["q4_k_m"], threads: int | 
     if rc != 0 or not out.is_file():
         raise ArenaError(f"export to GGUF: llama.cpp could not quantize {src} to {kind} (code {rc}); export with "
                          "quantize: f16 instead")
-
-
-def _field(reader: Any, key: str) -> Any:
-    f = reader.fields.get(key)
-    return None if f is None else f.contents()
