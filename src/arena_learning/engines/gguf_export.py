@@ -41,7 +41,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from ..errors import ArenaError
 from .bundled import bundled_model_path
@@ -170,13 +170,22 @@ class TemplateField:
     value: Any
 
 
+class TemplateTensor(NamedTuple):
+    """A tensor of a GGUF: its name, shape (numpy order, as the HF tensor that fills it), ggml type
+    (``gguf.GGMLQuantizationType``) and where its data starts in the file."""
+
+    name: str
+    shape: tuple[int, ...]
+    type: int
+    offset: int
+
+
 @dataclasses.dataclass(frozen=True)
 class TemplateMeta:
-    """What the export reads of a template GGUF: its key/values in file order and each tensor's name and shape
-    (numpy order, as the HF tensor that fills it)."""
+    """What the export reads of a template GGUF: its key/values and its tensors, in file order."""
 
     fields: dict[str, TemplateField]
-    tensors: list[tuple[str, tuple[int, ...]]]
+    tensors: list[TemplateTensor]
 
     def get(self, key: str) -> Any:
         """Return the value of ``key`` (None when the template has no such key)."""
@@ -195,7 +204,7 @@ class _Unsupported(Exception):
 
 
 def template_reader(template: Path) -> TemplateMeta:
-    """Return ``template``'s metadata and tensor shapes, read once per process and file version."""
+    """Return ``template``'s metadata and tensors, read once per process and file version."""
     st = template.resolve().stat()
     return _reader(str(template.resolve()), st.st_size, st.st_mtime_ns)
 
@@ -267,13 +276,17 @@ def read_template_meta(path: str) -> TemplateMeta:
                 if key in fields:
                     raise _Unsupported(f"key {key} twice")
                 fields[key] = TemplateField(key, kind, sub, value)
-            tensors = []
+            infos = []
             for _ in range(n_tensors):
                 name, off = string(off)
                 (n_dims,) = struct.unpack_from("<I", buf, off)
                 dims = struct.unpack_from(f"<{n_dims}Q", buf, off + 4)
-                off += 4 + 8 * n_dims + 4 + 8  # dims, then the tensor's type and data offset
-                tensors.append((name, tuple(int(d) for d in reversed(dims))))
+                ggml_type, rel = struct.unpack_from("<IQ", buf, off + 4 + 8 * n_dims)
+                off += 4 + 8 * n_dims + 12
+                infos.append((name, tuple(int(d) for d in reversed(dims)), ggml_type, rel))
+            align = fields["general.alignment"].value if "general.alignment" in fields else 32
+            start = off + (-off) % align  # the data section: after the tensor infos, aligned
+            tensors = [TemplateTensor(name, shape, kind, start + rel) for name, shape, kind, rel in infos]
         except (struct.error, UnicodeDecodeError, ValueError) as err:
             raise _Unsupported(str(err)) from err
         finally:
@@ -290,7 +303,8 @@ def _library_meta(path: str) -> TemplateMeta:
     fields = {f.name: TemplateField(f.name, int(f.types[0]), int(f.types[-1]) if f.types[0] == _ARRAY else None,
                                     f.contents())
               for f in reader.fields.values() if not f.name.startswith("GGUF.")}
-    tensors = [(t.name, tuple(int(x) for x in reversed(t.shape.tolist()))) for t in reader.tensors]
+    tensors = [TemplateTensor(t.name, tuple(int(x) for x in reversed(t.shape.tolist())), int(t.tensor_type),
+                              int(t.data_offset)) for t in reader.tensors]
     return TemplateMeta(fields, tensors)
 
 
@@ -335,7 +349,7 @@ def write_gguf(folder: Path, template: Path, out: Path, dtype: Literal["f16", "f
     arch = check_config(folder, config, reader, template)
     n_layers = int(reader.get(f"{arch}.block_count"))
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, GGUF_ARCHES[arch]), n_layers)
-    want = dict(reader.tensors)  # numpy order
+    want = {t.name: t.shape for t in reader.tensors}  # numpy order
     tensors = read_hf_tensors(folder)
     mapped: dict[str, Any] = {}
     unknown = []
@@ -375,7 +389,7 @@ def write_gguf(folder: Path, template: Path, out: Path, dtype: Literal["f16", "f
         sub_type = gguf.GGUFValueType(field.sub_type) if field.sub_type is not None else None
         writer.add_key_value(field.name, field.value, gguf.GGUFValueType(field.type), sub_type=sub_type)
     writer.add_file_type(int(file_type))
-    for name, _shape in reader.tensors:  # the template's order
+    for name, *_ in reader.tensors:  # the template's order
         arr = mapped[name]
         if arch in ONE_PLUS_NORM and name.endswith("norm.weight"):
             arr = arr + 1.0  # Gemma's RMSNorm scales by (1 + w); llama.cpp stores 1 + w
