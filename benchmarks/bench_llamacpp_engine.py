@@ -114,11 +114,9 @@ def kv_bytes(llm: Any, cells: int) -> int:
 
 
 def _has_tensor(path: str, name: str) -> bool:
-    try:
-        from gguf import GGUFReader
-    except ImportError:  # assume the common case of small models: tied embeddings
-        return False
-    return any(t.name == name for t in GGUFReader(path).tensors)
+    from arena_learning.engines.gguf_export import template_reader
+
+    return any(t.name == name for t in template_reader(Path(path)).tensors)
 
 
 def main() -> int:
