@@ -25,13 +25,8 @@ demo: $(STAMP)
 	@echo "  $(VENV)/bin/arena flywheel examples/flywheel.yaml"
 
 # the tests gate lint and types too (CI runs `make test`)
-# two pytest workers (pytest-xdist): the whole suite in 20 min 29 s on 2 cores against 29 min 33 s in one
-# process (measured side by side, 2026-12-04, 1143 passed either way); 18 min 51 s from a fresh clone once Ray's
-# actors ran un-niced (1154 passed), 23 min 18 s with 1170 (batched chat and grammar tests, the Qwen export's round
-# trip, the AVX2 pin's training step); 23 min 21 s with 1689 (2026-12-06, pytest 9.1.1, idle machine); 20 min 13 s and
-# 21 min 56 s from a fresh clone once the slowest tests were cut (2026-12-06, 1690 and 1691 passed); 19 min 17 s
-# with 1692 (2026-12-07, 22 min 16 s the same morning before: trainers no longer pickle the tokenizer, a pool
-# build embeds once, lighter Ray, samples, checkpoint and batching tests).
+# two pytest workers (pytest-xdist): a third less time than one process on 2 cores; the results page's
+# make_test.minutes has each measurement of the suite, with its date and commit
 # --durations=10: every run names its ten slowest tests
 # --dist loadgroup: the tests that share an expensive module or session fixture run on one worker, which builds it
 # once (tests/conftest.py groups them)
