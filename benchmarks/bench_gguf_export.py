@@ -32,6 +32,7 @@ from results import emit
 
 from arena_learning.engines import gguf_export
 from arena_learning.engines.bundled import bundled_model_path
+from arena_learning.engines.registry import file_sha256
 from arena_learning.engines.transformers_engine import bundled_hf_folder
 
 TARGET_S = 2.0
@@ -42,17 +43,6 @@ def rss_mb() -> float:
     """Return this process's resident memory now, in MB."""
     with open(f"/proc/{os.getpid()}/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-
-
-def digest(path: Path) -> str:
-    """Return the file's SHA-256."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def library_export(folder: Path, template: Path, out: Path) -> float:
@@ -102,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         export_s = time.perf_counter() - t0
         size_mb = (Path(tmp) / "m.gguf").stat().st_size / 1e6
         base_s = library_export(folder, Path(template), Path(tmp) / "base.gguf")
-        same_bytes = digest(Path(tmp) / "m.gguf") == digest(Path(tmp) / "base.gguf")
+        same_bytes = file_sha256(Path(tmp) / "m.gguf") == file_sha256(Path(tmp) / "base.gguf")
     print(f"export of {folder.name} to f16 GGUF: {export_s:.2f} s ({size_mb:.0f} MB); as the library writes it "
           f"{base_s:.2f} s (the baseline): x{base_s / export_s:.1f}, the same bytes: {same_bytes}")
     note = (f"bundled Gemma 3 270M template, {n_tokens:,} tokens: {fast_s:.2f} s and +{fast_mb:.0f} MB RSS against "

@@ -154,7 +154,8 @@ def part_paths(model: RegisteredModel) -> list[Path]:
     return paths
 
 
-def _hash_file(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Return the SHA-256 of the file at ``path``, read in 4 MB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 22), b""):
@@ -228,7 +229,7 @@ def verify(model: RegisteredModel) -> bool:
     path = model.path
     if not path.is_file() or path.stat().st_size != model.size:
         return False
-    digest = _hash_file(path)
+    digest = file_sha256(path)
     if digest == model.sha256:
         _remember(path, digest)
         return True
@@ -257,7 +258,7 @@ def add(model_file: Path) -> RegisteredModel:
         raise EngineError(f"no such file: {src} (give the path of a .gguf file)")
     size = src.stat().st_size
     candidates = [m for m in MODELS.values() if m.size == size]
-    digest = _hash_file(src) if candidates else ""
+    digest = file_sha256(src) if candidates else ""
     match = next((m for m in candidates if m.sha256 == digest), None)
     if match is None:
         known = ", ".join(f"{m.name} ({m.size:,} bytes, sha256 {m.sha256[:12]}...)" for m in MODELS.values())
