@@ -50,9 +50,9 @@ docs: $(STAMP)
 	$(PY) benchmarks/docs_tables.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-# the maintained benchmarks, each with its goal (exit 1 when one is missed, after all have run). Measured end to end
-# on 2 cores (2026-12-06): 22 min 47 s with the llama.cpp engine at five batch sizes, of which that script took about
-# 12; here it runs its default batch (8) against one at a time only. By hand, not here: bench_draws.py and
+# the maintained benchmarks, each with its goal (exit 1 when one is missed, after all have run); how long it takes is
+# the results page's make_bench.minutes (the llama.cpp engine runs its default batch, 8, against one at a time
+# only: at five batch sizes that script alone takes about 12 minutes). By hand, not here: bench_draws.py and
 # bench_recipes.py (several full flywheels), bench_plan_minutes.py (a config's real run), check_alpaca_eval_exact.py
 # (needs alpaca_eval's own venv), gpu_check.py (a GPU machine), bench_aim.py (a flywheel's aimed and even arms, two
 # full flywheels), bench_prompt_board.py and bench_rip.py (a finished flywheel's

@@ -1,9 +1,9 @@
-"""Benchmark: an aimed flywheel (allocate: weakness) against uniform slices of the same size, same draw.
+"""Benchmark: an aimed flywheel (allocate: weakness or learnable) against uniform slices of the same size, same draw.
 
 Run: ``python benchmarks/bench_aim.py [CONFIG] [--draw D] [-w ROOT] [--set key=value ...] [--quick]``
 
-CONFIG (examples/flywheel-aimed.yaml by default) has stages with ``allocate: weakness``. Two arms run it:
-**aimed**, as written, and **uniform**, the same config with each of those stages set to ``allocate:
+CONFIG (examples/flywheel-aimed.yaml by default) has stages with ``allocate: weakness`` (or ``learnable``).
+Two arms run it: **aimed**, as written, and **uniform**, the same config with each of those stages set to ``allocate:
 even``: its slices are drawn from the same candidates, evenly, so the arms differ only in how each slice
 spends its prompts (with no gap anywhere, both draw the same prompts). Each arm is ``arena flywheel CONFIG -w
 ROOT/draw-D/ARM --json`` in a process of its own (a rerun with the same ROOT resumes it). ``--draw D`` moves
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from arena_learning.config import load_config_file
+from arena_learning.flywheel.aim import AIMED_RULES
 from arena_learning.flywheel.settings import FlywheelConfig
 from arena_learning.rating.paired import exact_answers, exact_count
 from arena_learning.store import DEFAULT_SET, Store
@@ -45,9 +46,9 @@ BOOTSTRAP = 2000
 def uniform_sets(cfg: FlywheelConfig) -> list[str]:
     """Return the ``--set`` overrides that make the uniform arm: every aimed stage drawn evenly instead."""
     sets = [f"rounds.{r}.stages.{i}.allocate=even" for r, rnd in enumerate(cfg.rounds)
-            for i, st in enumerate(rnd.stages) if st.allocate == "weakness"]
+            for i, st in enumerate(rnd.stages) if st.allocate in AIMED_RULES]
     if not sets:
-        raise SystemExit("no stage of the config has allocate: weakness: there is no aimed arm to compare "
+        raise SystemExit("no stage of the config has allocate: weakness or learnable: there is no aimed arm to compare "
                          "(see examples/flywheel-aimed.yaml)")
     return sets
 

@@ -1,9 +1,11 @@
-"""Aimed slices (allocate: weakness): prompts go where the model is behind, floors hold, sizes and draws are fixed."""
+"""Aimed slices (allocate: weakness, learnable): prompts go where the model is behind (and, learnable, where training
+moves it), floors hold, sizes and draws are fixed."""
 
 from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import pytest
 
@@ -68,6 +70,48 @@ def test_the_slice_is_aimed_at_the_planted_gap_with_its_size_and_draw_fixed():
     assert [g.prompts for g in control.groups] == [20] * 4 and control.rule == "even"
     none, uni = aim(cands, 80, None, model="student", basis="b", why_none="no evaluation yet")
     assert [p.id for p in none] == [p.id for p in even] and uni.why.startswith("uniform: no evaluation")
+
+
+def test_learnable_weighs_each_gap_by_how_far_training_moved_the_model_there():
+    # yes_no: far behind and training moved nothing there (both models lose it); case: behind, and training moved
+    # the model from losing every case prompt to losing a third. Learnable gives case the most, yes_no its floor;
+    # weakness gives yes_no the most.
+    prompts = [Prompt(id=f"{c}-{k}", turns=[f"{c} {k}"], category=c) for c in CATS for k in range(30)]
+    battles = []
+    for p in prompts:
+        k = int(p.id.split("-")[-1])
+        lose_now = {"yes_no": True, "case": k % 3 == 0}.get(p.category, k % 2 == 0)
+        lose_then = {"yes_no": True, "case": True}.get(p.category, k % 2 == 0)
+        for model, lose in (("student-r0", lose_now), ("student", lose_then)):
+            battles.append(Battle(prompt_id=p.id, model_a=model, model_b="big",
+                                  outcome="model_b" if lose else "model_a", judge="v"))
+            battles.append(Battle(prompt_id=p.id, model_a="small", model_b=model, outcome="tie", judge="v"))
+        battles.append(Battle(prompt_id=p.id, model_a="big", model_b="small", outcome="model_a", judge="v"))
+    from arena_learning.flywheel.aim import moved
+
+    move = moved(battles, prompts, "category", "student-r0", "student", ["big", "small"])
+    assert move["yes_no"] == 0.0 == move["arith"] == move["dates"]
+    assert move["case"] == pytest.approx((2 / 3) / 2)  # won 2 of 3 against big where it lost all; ties with small
+    gaps = group_gaps([b for b in battles if "student" not in (b.model_a, b.model_b)], prompts, "category",
+                      "student-r0", bootstrap=100, seed=0)
+    cands = [Prompt(id=f"c{k}-{c}", turns=[f"train {c} {k}"], category=c) for k in range(50) for c in CATS]
+    _, weak = aim(cands, 80, gaps, model="student-r0", basis="b")
+    picked, learn = aim(cands, 80, gaps, model="student-r0", basis="b", rule="learnable", movement=move,
+                        before="student")
+    w = {g.group: g.prompts for g in weak.groups}
+    got = {g.group: g.prompts for g in learn.groups}
+    assert max(w, key=lambda g: w[g]) == "yes_no" and w["yes_no"] > got["yes_no"]
+    assert got["case"] == 80 - 3 * learn.floor and got["yes_no"] == got["arith"] == learn.floor == 10
+    assert len(picked) == 80 and {g.group: g.moved for g in learn.groups}["case"] == pytest.approx(1 / 3, abs=1e-3)
+    assert "times how far training moved student-r0 from student" in learn.why and "case" in learn.why
+    # no model before, or nothing moved: the gaps alone, as weakness, and the line says so
+    _, alone = aim(cands, 80, gaps, model="student-r0", basis="b", rule="learnable")
+    assert [g.prompts for g in alone.groups] == [g.prompts for g in weak.groups]
+    assert "alone (no model before student-r0" in alone.why
+    _, still = aim(cands, 80, gaps, model="student-r0", basis="b", rule="learnable",
+                   movement=dict.fromkeys(CATS, 0.0), before="student")
+    assert [g.prompts for g in still.groups] == [g.prompts for g in weak.groups]
+    assert "moved student-r0 from student in no group where it is behind" in still.why
 
 
 def test_an_aimed_slice_with_no_gaps_is_the_uniform_slice_and_bans_its_candidates():
@@ -156,6 +200,44 @@ def test_the_runner_draws_an_aimed_slice_once_stores_it_and_records_why(tmp_path
     assert "slice D1 (weakness)" in table.stdout and "unit_conversion" in table.stdout
 
 
+def test_the_runner_measures_learnable_against_the_model_the_last_training_started_from(tmp_path):
+    # Flywheel.aim with allocate: learnable on a real workspace: round 0's start (the base) and its model both have
+    # planted test battles; the base loses everything, the round-0 model wins a third of letter_case and loses
+    # everything else. The runner compares them (the stage before's start), and letter_case gets the slice.
+    from arena_learning.flywheel.rounds import Flywheel
+    from arena_learning.flywheel.schedule import StageStep, schedule
+    from arena_learning.flywheel_state import load_state, state_path
+    from arena_learning.store import Store
+
+    rounds = [*FLYWHEEL["rounds"], {"stages": [{"kind": "sft", "slice": "D1", "allocate": "learnable"}]}]
+    cfg = validate_config({**FLYWHEEL, "tasks": {"n": 180, "seed": 0}, "pool": {"D0": {"n": 6, "seed": 101},
+                          "D1": {"n": 90, "seed": 102}}, "rounds": rounds}, FlywheelConfig, "learnable")
+    with Store(tmp_path / "ws") as store:
+        fw = Flywheel(cfg, store, show_progress=False, say=lambda _: None)
+        fw.make_slices()
+        steps = []
+        for step in schedule(cfg, fw.root, []):  # each step made before the next is planned: round 1 starts from r0
+            if isinstance(step, StageStep):
+                step.made, step.fingerprint = True, f"fp-{step.key}"
+                steps.append(step)
+        base = steps[0].start.name
+        battles, seen = [], Counter[str]()
+        for p in fw.test_prompts():
+            seen[p.category] += 1
+            won_now = p.category == "letter_case" and seen[p.category] % 3 == 1  # a third: moved, still behind
+            for model, won in ((base, False), ("student-r0-sft", won_now)):
+                battles.append(Battle(prompt_id=p.id, model_a=model, model_b="ref-2shot",
+                                      outcome="model_a" if won else "model_b", judge="verifier"))
+        store.replace_battles("verifier", battles, "test")
+        fw.aim(steps[1])
+        alloc = load_state(state_path(tmp_path / "ws")).slices["D1"].allocation
+    assert alloc is not None and alloc.rule == "learnable" and f"from {base}" in alloc.why
+    per = {g.group: g for g in alloc.groups}
+    assert per["letter_case"].moved is not None and per["letter_case"].moved > 0.2
+    assert max(per, key=lambda g: per[g].prompts) == "letter_case"
+    assert all(g.prompts == alloc.floor for name, g in per.items() if name != "letter_case")
+
+
 @pytest.mark.slow
 def test_an_aimed_round_after_a_trained_one_draws_its_slice_trains_and_resumes(trained_flywheel, tmp_path):
     # The session's trained flywheel (one SFT round), copied, with a second round on an aimed D1: the real runner
@@ -204,3 +286,7 @@ def test_arena_plan_shows_the_rule_and_prices_an_aimed_slice_as_a_uniform_one():
     (note,) = [n for n in aimed.notes if "allocate" in n]
     assert note.startswith("slice D1: allocate: weakness: drawn when stage r1.0 starts: its 5 prompts")
     assert not [n for n in plain.notes if "allocate" in n]
+    aimed_rounds[-1]["stages"][0]["allocate"] = "learnable"
+    learnable = plan_flywheel(validate_config({**FLYWHEEL, "rounds": aimed_rounds}, FlywheelConfig, "learn"), None)
+    (note,) = [n for n in learnable.notes if "allocate" in n]
+    assert "allocate: learnable" in note and "how far its last training moved it there" in note

@@ -119,7 +119,14 @@ def test_categories_clusters_and_flywheel_rounds_when_the_workspace_has_them(tmp
             "basis": "x", "why": "1 of 2 groups behind ref-b", "groups": [
                 {"group": "<b>yes_no</b>", "prompts": 15, "uniform": 10, "candidates": 40, "gap": -150.0,
                  "ci_low": -220.0, "ci_high": -80.0, "verdict": "behind"},
-                {"group": "dates", "prompts": 5, "uniform": 10, "candidates": 40, "gap": 20.0, "verdict": ""}]}}},
+                {"group": "dates", "prompts": 5, "uniform": 10, "candidates": 40, "gap": 20.0, "verdict": ""}]}},
+            "D2": {"prompts": 20, "allocation": {
+                "rule": "learnable", "by": "category", "stage": "r2.0-sft", "model": "student-r1-sft", "best": "ref-b",
+                "floor": 5, "basis": "y", "why": "gaps times movement", "groups": [
+                    {"group": "counting", "prompts": 15, "uniform": 10, "candidates": 40, "gap": -90.0,
+                     "verdict": "", "moved": 0.375},
+                    {"group": "dates", "prompts": 5, "uniform": 10, "candidates": 40, "gap": -20.0, "verdict": "",
+                     "moved": -0.125}]}}},
         "evaluations": [{"after": "start", "ratings": [{"model": "student", "rating": 980.0}]},
                         {"after": "round 0", "ratings": [{"model": "student-r0-sft", "rating": 1010.0}]}],
         "last_report": {"rounds": [{"round": 0, "model": "student-r0-sft", **rating, "sft_examples": 15,
@@ -143,6 +150,9 @@ def test_categories_clusters_and_flywheel_rounds_when_the_workspace_has_them(tmp
     # an aimed slice: how it spent its prompts, its groups' names escaped
     assert "Slice D1: allocate: weakness, drawn by r1.0-sft for student-r0-sft" in joined
     assert "&lt;b&gt;yes_no&lt;/b&gt;" in text and "<b>yes_no</b>" not in text and "-150.0" in joined
+    # a learnable slice shows how training moved the model per group; a weakness slice has no such column
+    assert "Slice D2: allocate: learnable, drawn by r2.0-sft for student-r1-sft" in joined
+    assert joined.count("moved by training") == 1 and "+0.38" in joined and "-0.12" in joined
 
 
 def test_large_texts_go_to_sidecar_chunks_and_a_rewrite_drops_stale_ones(tmp_path):

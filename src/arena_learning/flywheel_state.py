@@ -222,6 +222,10 @@ class GroupShare(Record):
     ci_high: float | None = None
     verdict: str = Field("", description="behind / ahead beyond chance after Holm's correction, '' within chance, "
                          "'too small', or 'not on the test set'")
+    # exclude_if: written only when measured, so that the allocations of earlier runs keep their form
+    moved: float | None = Field(None, exclude_if=lambda v: v is None, description="allocate: learnable: how far "
+                                "the training that made the model moved it on the group's test prompts (its mean "
+                                "score against the references minus the model's before; None: not measured)")
 
 
 class Allocation(Record):

@@ -174,21 +174,23 @@ def print_slices(report: FlywheelReport) -> None:
 
 
 def print_allocations(report: FlywheelReport) -> None:
-    """Print how each aimed slice (allocate: weakness) spent its prompts per group, against a uniform slice, and
-    the gap to the best reference that aimed it."""
+    """Print how each aimed slice (allocate: weakness, learnable) spent its prompts per group, against a uniform
+    slice, and the gap to the best reference that aimed it (and, learnable, how training moved the model there)."""
     for name, raw in report.slices.items():
         alloc = SliceRecord.model_validate(raw).allocation
         if alloc is None:
             continue
         t = Table(title=f"slice {name}, allocate: {alloc.rule}, drawn by {alloc.stage} for {alloc.model}: "
                   f"{alloc.why}", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+        learnt = any(g.moved is not None for g in alloc.groups)  # allocate: learnable measured it
         for col in (alloc.by, f"gap to {alloc.best or 'best reference'}", "95% CI", "beyond chance (Holm)",
-                    "prompts", "uniform", "candidates"):
+                    *(["moved by training"] * learnt), "prompts", "uniform", "candidates"):
             t.add_column(col, justify="left" if col == alloc.by else "right", no_wrap=True)
         for g in alloc.groups:
             ci = "-" if g.ci_low is None or g.ci_high is None else f"[{g.ci_low:+.0f}, {g.ci_high:+.0f}]"
+            moved = ["-" if g.moved is None else f"{g.moved:+.2f}"] if learnt else []
             t.add_row(escape(g.label or g.group), "-" if g.gap is None else f"{g.gap:+.1f}", ci, g.verdict or "-",
-                      str(g.prompts), str(g.uniform), str(g.candidates))
+                      *moved, str(g.prompts), str(g.uniform), str(g.candidates))
         wide.print(t)
 
 

@@ -18,6 +18,15 @@ seed; stored sets: the set beyond ``limit``), in three steps:
   excess on;
 - **draw**: each group's first prompts in the candidates' order (made by the seed), so the draw
   is deterministic and, with no deficit, the uniform slice itself. The size is the slice's.
+
+``allocate: learnable`` weighs each group's deficit by how far the training that made the model
+moved it there (``moved``): the model's mean score against the references on the group's test
+prompts minus the mean score of the model that training started from, on the same prompts against
+the same references (win 1, tie 1/2, loss 0). A group far behind where training moves nothing (a
+task too hard for the model, or one it has learned as far as it can) then keeps its floor, and the
+rest goes where examples have paid. A score share, not a rating difference, because a group the
+model loses entirely puts its rating at the prior's mercy. With no model before (the base) or
+nothing moved anywhere, the weights are the deficits alone, as ``weakness``.
 """
 
 from __future__ import annotations
@@ -26,11 +35,14 @@ from collections.abc import Mapping, Sequence
 
 from ..flywheel_state import Allocation, GroupShare
 from ..rating.gaps import GapReport
-from ..rating.groups import prompt_groups
-from ..records import Prompt
+from ..rating.groups import group_battles, prompt_groups
+from ..records import Battle, Prompt
 
 FLOOR_SHARE = 0.5
 """The share of its uniform share every group keeps (see the module docstring)."""
+
+AIMED_RULES = ("weakness", "learnable")
+"""The rules that spend a slice by the model's gaps (``even``: the control arm, drawn as they draw, evenly)."""
 
 
 def group_by(prompts: Sequence[Prompt]) -> str:
@@ -96,13 +108,45 @@ def draw(candidates: Sequence[Prompt], by: str, counts: Mapping[str, int]) -> li
     return out
 
 
+def moved(battles: Sequence[Battle], prompts: Sequence[Prompt], by: str, model: str, before: str,
+          references: Sequence[str]) -> dict[str, float]:
+    """Return per group how far training moved ``model`` from ``before`` (``allocate: learnable``).
+
+    Per group of the test ``prompts``: ``model``'s mean score against ``references`` (win 1, tie 1/2, loss 0,
+    battles weighted) minus ``before``'s, over the prompts where both met a reference. Groups where either has
+    no such battle are left out.
+    """
+    refs = set(references)
+
+    def shares_of(bs: Sequence[Battle], who: str) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}  # prompt -> (score, weight)
+        for b in bs:
+            if who not in (b.model_a, b.model_b) or (b.model_b if b.model_a == who else b.model_a) not in refs:
+                continue
+            won = 0.5 if b.outcome == "tie" else float((b.outcome == "model_a") == (b.model_a == who))
+            s, w = out.get(b.prompt_id, (0.0, 0.0))
+            out[b.prompt_id] = (s + won * b.weight, w + b.weight)
+        return out
+
+    result: dict[str, float] = {}
+    for group, bs in group_battles(battles, prompts, by).items():
+        now, then = shares_of(bs, model), shares_of(bs, before)
+        both = [pid for pid in now if pid in then and now[pid][1] > 0 and then[pid][1] > 0]
+        if both:
+            result[group] = sum(now[p][0] / now[p][1] - then[p][0] / then[p][1] for p in both) / len(both)
+    return result
+
+
 def aim(candidates: Sequence[Prompt], n: int, gaps: GapReport | None, *, model: str, basis: str, stage: str = "",
-        rule: str = "weakness", why_none: str = "") -> tuple[list[Prompt], Allocation]:
+        rule: str = "weakness", why_none: str = "", movement: Mapping[str, float] | None = None,
+        before: str | None = None) -> tuple[list[Prompt], Allocation]:
     """Return the aimed slice of ``n`` prompts drawn from ``candidates`` and how it was spent.
 
     ``gaps``: ``model``'s per-group gaps to the best reference on the test set, grouped as the candidates
     are (``group_by``); None (no evaluation of the model yet: ``why_none`` says why) gives the uniform slice.
-    ``rule`` ``even`` (the control arm) records the gaps and draws the uniform slice from the same candidates.
+    ``rule`` ``even`` (the control arm) records the gaps and draws the uniform slice from the same candidates;
+    ``learnable`` weighs the gaps by ``movement`` (``moved``: per group, how far the training that made
+    ``model`` moved it from ``before``).
     """
     by = gaps.by if gaps is not None else group_by(candidates)
     members = groups_of(candidates, by)
@@ -112,9 +156,16 @@ def aim(candidates: Sequence[Prompt], n: int, gaps: GapReport | None, *, model: 
     deficit = {g: max(0.0, -row.best.delta) for g, row in measured.items() if row.best is not None and g in members}
     mean = sum(deficit.values()) / len(deficit) if deficit else 0.0
     weights = {g: deficit.get(g, mean) for g in members}
-    aimed = rule == "weakness" and any(weights.values())
+    paid = {g: max(0.0, v) for g, v in (movement or {}).items() if g in members}
+    learn = False
+    if rule == "learnable" and paid:  # a group with no movement measured counts as the mean movement
+        mean_paid = sum(paid.values()) / len(paid)
+        product = {g: w * paid.get(g, mean_paid) for g, w in weights.items()}
+        if any(product.values()):
+            weights, learn = product, True
+    aimed = rule in AIMED_RULES and any(weights.values())
     counts = shares(weights, available, n) if aimed else _uniform_capped(even, available, n)
-    if rule != "weakness":
+    if rule not in AIMED_RULES:
         why = f"{rule}: the control arm, drawn from the same candidates as an aimed slice"
     elif gaps is None:
         why = f"uniform: {why_none}"
@@ -125,8 +176,16 @@ def aim(candidates: Sequence[Prompt], n: int, gaps: GapReport | None, *, model: 
     else:
         behind = sorted((g for g in deficit if deficit[g] > 0), key=lambda g: -deficit[g])
         why = (f"{len(behind)} of {len(members)} groups behind {gaps.best_other} on the test set; each group at "
-               f"least {floor_of(n, len(members))}, the rest by rating points behind (most: "
-               + ", ".join(f"{g} {deficit[g]:.0f}" for g in behind[:3]) + ")")
+               f"least {floor_of(n, len(members))}, the rest by rating points behind")
+        if learn:
+            top = sorted((g for g in weights if weights[g] > 0), key=lambda g: -weights[g])
+            why += (f" times how far training moved {model} from {before} there (most: "
+                    + ", ".join(f"{g} {deficit.get(g, mean):.0f} x {paid.get(g, 0.0):+.2f}" for g in top[:3]) + ")")
+        else:
+            if rule == "learnable":
+                why += (f" alone (no model before {model} to measure learning)" if before is None else
+                        f" alone (training moved {model} from {before} in no group where it is behind)")
+            why += " (most: " + ", ".join(f"{g} {deficit[g]:.0f}" for g in behind[:3]) + ")"
     rows = []
     for g in members:
         row = measured.get(g)
@@ -136,7 +195,8 @@ def aim(candidates: Sequence[Prompt], n: int, gaps: GapReport | None, *, model: 
                                gap=None if best is None else round(best.delta, 1),
                                ci_low=None if best is None or best.ci_low is None else round(best.ci_low, 1),
                                ci_high=None if best is None or best.ci_high is None else round(best.ci_high, 1),
-                               verdict=row.verdict if row is not None else "not on the test set"))
+                               verdict=row.verdict if row is not None else "not on the test set",
+                               moved=round(movement[g], 3) if movement is not None and g in movement else None))
     alloc = Allocation(rule=rule, by=by, stage=stage, model=model, best=gaps.best_other if gaps is not None else None,
                        floor=floor_of(n, len(members)), basis=basis, why=why, groups=rows)
     return draw(candidates, by, counts), alloc

@@ -271,9 +271,11 @@ def aimed_note(cfg: FlywheelConfig, name: str, n: int) -> str:
     r, i = first_stage_on(cfg, name)
     rule = cfg.rounds[r].stages[i].allocate
     groups = "categories" if cfg.pool[name].set is None else "categories (else clusters)"
-    how = (f"spread over the {groups} by how far the model is behind the best reference on the test set, each at "
-           "least half its uniform share" if rule == "weakness" else f"spread evenly over the {groups} (the control "
-           "arm of an aimed run)")
+    how = {"weakness": f"spread over the {groups} by how far the model is behind the best reference on the test set, "
+                       "each at least half its uniform share",
+           "learnable": f"spread over the {groups} by how far the model is behind the best reference on the test "
+                        "set times how far its last training moved it there, each at least half its uniform share",
+           }.get(rule, f"spread evenly over the {groups} (the control arm of an aimed run)")
     return (f"slice {name}: allocate: {rule}: drawn when stage r{r}.{i} starts: its {n} prompts {how} "
             "(flywheel.aim); priced at its size")
 

@@ -60,7 +60,7 @@ from ..records import Prompt, Rating
 from ..scale.launch import LaunchError, check_launchable, launch_command, run_launch
 from ..store import Store
 from . import train as training
-from .aim import aim, group_by
+from .aim import aim, group_by, moved
 from .evidence import Evidence
 from .export import export_items, read_items
 from .fingerprint import stage_fingerprint
@@ -287,8 +287,9 @@ class Flywheel:
         return self.train_step(rec, step, items)
 
     def aim(self, step: StageStep) -> None:
-        """Draw the aimed slice of ``step`` (``allocate: weakness``; ``flywheel.aim``) and store it, unless it was
-        drawn on the same basis before: only the first stage on the slice draws it, before its first answer."""
+        """Draw the aimed slice of ``step`` (``allocate: weakness`` or ``learnable``; ``flywheel.aim``) and store it,
+        unless it was drawn on the same basis before: only the first stage on the slice draws it, before its first
+        answer."""
         name = step.slice
         if name not in self._candidates or first_stage_on(self.cfg, name) != (step.round, step.index):
             return
@@ -298,9 +299,10 @@ class Flywheel:
             return
         model = step.start.name
         gaps, why = None, ""
+        movement, before = None, None
         refs = {m.name for m in self.refs}
-        battles = [b for b in self.store.get_battles(self.cfg.rating_judge.name, TEST_SET)
-                   if {b.model_a, b.model_b} <= refs | {model}]
+        every = self.store.get_battles(self.cfg.rating_judge.name, TEST_SET)
+        battles = [b for b in every if {b.model_a, b.model_b} <= refs | {model}]
         if not any(model in (b.model_a, b.model_b) for b in battles):
             why = f"{model} has no battles on the test set yet (no evaluation before this stage)"
         else:
@@ -312,8 +314,13 @@ class Flywheel:
                                   labels=pipeline.group_labels(test, by))
             except ArenaError as err:
                 why = str(err)
+            if step.spec.allocate == "learnable" and step.follows is not None:
+                # how the training that made the start moved it: against the model that training started from
+                before = step.follows.start.name
+                movement = moved(every, test, by, model, before, sorted(refs))
         prompts, alloc = aim(self._candidates[name], self._sizes[name], gaps, model=model, basis=basis,
-                             stage=step.key, rule=step.spec.allocate, why_none=why)
+                             stage=step.key, rule=step.spec.allocate, why_none=why, movement=movement,
+                             before=before)
         self.store.put_prompts(slice_set(name), prompts)
         self._slices[name] = prompts
         rec.prompts, rec.allocation = len(prompts), alloc

@@ -237,13 +237,16 @@ class StageSpec(Section):
         "{setting: value} is a variant of the stage that trains on the stage's own data (and replay) from the "
         "same model with training.KIND's settings changed as given; each is rated in the same table "
         "(TARGET-rR-KIND-NAME, key rR.I-KIND-NAME, among the ablations) and does not continue into later rounds")
-    allocate: Literal["uniform", "weakness", "even"] = Field(
+    allocate: Literal["uniform", "weakness", "learnable", "even"] = Field(
         "uniform", exclude_if=lambda v: v == "uniform", description="how the stage's slice spends its prompts over "
         "the groups (task-suite categories; a stored set's categories, else its clusters): uniform (as the slice "
         "is made), or weakness: drawn when the stage starts, in proportion to how far the model it starts from is "
         "behind the best reference per group on the test set (rating.gaps), each group at least half its uniform "
-        "share, the slice's size unchanged (flywheel.aim); even: drawn as weakness draws, from the same "
-        "candidates, but evenly (the control arm of an aimed run)")
+        "share, the slice's size unchanged (flywheel.aim); learnable: as weakness, each group's gap weighed by how "
+        "far the training that made the model moved it there (its score share against the references on the "
+        "group's test prompts minus the model's before), so that groups where training moves nothing keep their "
+        "floor; even: drawn as weakness draws, from the same candidates, but evenly (the control arm of an aimed "
+        "run). Measured against even on the experiments page")
 
     @model_validator(mode="after")
     def _sweep_names(self) -> StageSpec:
@@ -522,7 +525,8 @@ class FlywheelConfig(Section):
         return self
 
     def aimed_slices(self) -> set[str]:
-        """Return the slices a stage draws by ``allocate: weakness`` (drawn when their first stage starts)."""
+        """Return the slices a stage draws by ``allocate`` (weakness, learnable, even: drawn when their first stage
+        starts)."""
         return {st.slice for rnd in self.rounds for st in rnd.stages if st.allocate != "uniform"}
 
     def _check_aim(self, r: int, st: StageSpec) -> None:

@@ -1,6 +1,6 @@
 """The report's strengths and weaknesses: a model x category view of paired gaps (x cluster, under its label, for a
 test set without categories), each cell a way into its battles;
-and how a flywheel's aimed slices (``allocate: weakness``) spent their prompts on those gaps.
+and how a flywheel's aimed slices (``allocate: weakness``, ``learnable``) spent their prompts on those gaps.
 
 Each model in turn is the target of ``rating.gaps.group_gaps``: per category, its rating minus that
 of the best other model of the overall board (every model resampled together over the category's
@@ -111,14 +111,17 @@ def aimed_slices_html(state: FlywheelState) -> str:
         if a is None:
             continue
         rows = []
+        learnt = any(g.moved is not None for g in a.groups)  # allocate: learnable measured how training moved it
         for g in a.groups:
             ci = "-" if g.ci_low is None or g.ci_high is None else f"{g.ci_low:+.0f} .. {g.ci_high:+.0f}"
+            moved = (f"<td>{'-' if g.moved is None else f'{g.moved:+.2f}'}</td>") if learnt else ""
             rows.append(f'<tr><td class="l">{esc(g.label or g.group)}</td>'
                         f'<td style="background:{_colour(g.gap)}">{"-" if g.gap is None else f"{g.gap:+.1f}"}</td>'
-                        f"<td>{esc(ci)}</td><td>{esc(g.verdict or '-')}</td><td>{g.prompts}</td><td>{g.uniform}</td>"
-                        f"<td>{g.candidates}</td></tr>")
+                        f"<td>{esc(ci)}</td><td>{esc(g.verdict or '-')}</td>{moved}<td>{g.prompts}</td>"
+                        f"<td>{g.uniform}</td><td>{g.candidates}</td></tr>")
         head = "".join(f"<th>{esc(h)}</th>" for h in (f"gap to {a.best or 'best reference'}", "95% CI",
-                                                       "beyond chance (Holm)", "prompts", "uniform", "candidates"))
+                                                       "beyond chance (Holm)", *(["moved by training"] * learnt),
+                                                       "prompts", "uniform", "candidates"))
         out.append(f"<h4>Slice {esc(name)}: allocate: {esc(a.rule)}, drawn by {esc(a.stage)} for {esc(a.model)}</h4>"
                    f'<p class="note">{esc(a.why)}.</p><table><thead><tr><th class="l">{esc(a.by)}</th>{head}</tr>'
                    f"</thead><tbody>{''.join(rows)}</tbody></table>")
