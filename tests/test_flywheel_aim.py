@@ -112,6 +112,9 @@ def test_learnable_weighs_each_gap_by_how_far_training_moved_the_model_there():
                    movement=dict.fromkeys(CATS, 0.0), before="student")
     assert [g.prompts for g in still.groups] == [g.prompts for g in weak.groups]
     assert "moved student-r0 from student in no group where it is behind" in still.why
+    _, unmet = aim(cands, 80, gaps, model="student-r0", basis="b", rule="learnable", movement={}, before="student")
+    assert [g.prompts for g in unmet.groups] == [g.prompts for g in weak.groups]
+    assert "student-r0 and student met the references on no test prompt of a group" in unmet.why
 
 
 def test_an_aimed_slice_with_no_gaps_is_the_uniform_slice_and_bans_its_candidates():

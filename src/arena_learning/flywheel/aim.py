@@ -25,8 +25,9 @@ prompts minus the mean score of the model that training started from, on the sam
 the same references (win 1, tie 1/2, loss 0). A group far behind where training moves nothing (a
 task too hard for the model, or one it has learned as far as it can) then keeps its floor, and the
 rest goes where examples have paid. A score share, not a rating difference, because a group the
-model loses entirely puts its rating at the prior's mercy. With no model before (the base) or
-nothing moved anywhere, the weights are the deficits alone, as ``weakness``.
+model loses entirely puts its rating at the prior's mercy. With no model before (the base), no test
+battles of both models, or no movement where the model is behind, the weights are the deficits
+alone, as ``weakness``, and the allocation's line says which.
 """
 
 from __future__ import annotations
@@ -184,6 +185,8 @@ def aim(candidates: Sequence[Prompt], n: int, gaps: GapReport | None, *, model: 
         else:
             if rule == "learnable":
                 why += (f" alone (no model before {model} to measure learning)" if before is None else
+                        f" alone ({model} and {before} met the references on no test prompt of a group)"
+                        if not movement else
                         f" alone (training moved {model} from {before} in no group where it is behind)")
             why += " (most: " + ", ".join(f"{g} {deficit[g]:.0f}" for g in behind[:3]) + ")"
     rows = []
