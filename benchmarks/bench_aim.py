@@ -1,6 +1,6 @@
 """Benchmark: an aimed flywheel (allocate: weakness or learnable) against uniform slices of the same size, same draw.
 
-Run: ``python benchmarks/bench_aim.py [CONFIG] [--draw D] [-w ROOT] [--set key=value ...] [--quick]``
+Run: ``python benchmarks/bench_aim.py [CONFIG] [--draw D] [-w ROOT] [--set key=value ...] [--replicate] [--quick]``
 
 CONFIG (examples/flywheel-aimed.yaml by default) has stages with ``allocate: weakness`` (or ``learnable``).
 Two arms run it: **aimed**, as written, and **uniform**, the same config with each of those stages set to ``allocate:
@@ -11,10 +11,17 @@ every slice's seed by 1000 D, as ``bench_draws.py`` does.
 
 Printed: each arm's rounds (paired delta to the round before, exact answers, the gap to the best
 reference); the final models against each other, paired by test prompt (exact answers of the aimed arm's
-last model minus the uniform arm's, mean difference with a 95% percentile bootstrap CI over the test prompts);
+last model minus the uniform arm's, mean difference with a 95% percentile bootstrap CI over the test prompts),
+and each round's models the same way;
 per category the prompts the aimed arm gained and lost against the uniform one, and how each aimed slice was
 spent; the shortcut check of each arm's last round; minutes per arm (the goal: aiming costs at most 10% more).
 Figures are printed, not asserted. ``--quick`` shrinks everything to check the script end to end.
+
+``--replicate`` runs a third arm, **repeat**: the uniform arm again with every trainer's seed + 1 (the same
+slices; only data order and LoRA initialisation change), and prints it against the uniform arm as the aimed arm
+is. The paired CI covers the test prompts, not the training's own randomness; the repeat arm's delta shows how
+far two arms that differ in nothing that matters land apart (docs/experiments.md has it measured), which is the
+size an aimed arm's lead has to clear before it means anything.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["tasks.n=48", "ratings.bootstrap=20", "training.sft.max_steps=1", "training.dpo.max_steps=1",
          "training.rl.max_steps=1", "training.sft.save_steps=1"]
 ARMS = ("uniform", "aimed")
+REPEAT = "repeat"
+TRAINERS = ("sft", "dpo", "rm", "rl")
 BOOTSTRAP = 2000
 
 
@@ -61,6 +70,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, FlywheelConfig, d
     ap.add_argument("-w", "--workspace", default=None, help="root of the arms' workspaces (default: temporary)")
     ap.add_argument("--set", action="append", default=[], help="override a config field (both arms)")
     ap.add_argument("--quick", action="store_true", help="tiny sets and one step per stage: a check, not figures")
+    ap.add_argument("--replicate", action="store_true", help="a third arm: the uniform one with the trainers' seeds "
+                    "+ 1, against it (the training's own noise)")
     args = ap.parse_args(argv)
     if args.draw < 0:
         ap.error(f"--draw {args.draw}: give a draw number of 0 or more")
@@ -75,7 +86,11 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, FlywheelConfig, d
                      "seeds (use draw 0)")
         sets += [f"pool.{name}.seed={cfg.slice_seed(pos, spec) + 1000 * args.draw}"
                  for pos, (name, spec) in enumerate(cfg.pool.items())]
-    return args, cfg, {"aimed": sets, "uniform": [*sets, *uniform_sets(cfg)]}
+    arms = {"uniform": [*sets, *uniform_sets(cfg)], "aimed": sets}
+    if args.replicate:
+        arms[REPEAT] = [*arms["uniform"], *(f"training.{kind}.seed={getattr(cfg.training, kind).seed + 1}"
+                                            for kind in TRAINERS)]
+    return args, cfg, arms
 
 
 def paired_exact(aimed: dict[str, bool], uniform: dict[str, bool], seed: int = 0) -> tuple[float, float, float, int]:
@@ -105,9 +120,23 @@ def _d(d: dict[str, Any] | None) -> str:
     return f"{d['rating']:+.1f}{ci}"
 
 
+def verdict(lo: float, hi: float) -> str:
+    return "above 0" if lo > 0 else "below 0" if hi < 0 else "within chance"
+
+
+def paired_rounds(reports: dict[str, dict[str, Any]], workspaces: dict[str, Path], arm: str) -> str:
+    """Return ``arm``'s model of each round against the uniform arm's of the same round, paired by test prompt."""
+    rows = []
+    for mine, theirs in zip(reports[arm]["rounds"], reports["uniform"]["rounds"]):
+        mean, lo, hi, _ = paired_exact(last_exact(workspaces[arm], mine["model"])[0],
+                                       last_exact(workspaces["uniform"], theirs["model"])[0])
+        rows.append(f"round {mine['round']} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+    return "; ".join(rows)
+
+
 def report(reports: dict[str, dict[str, Any]], workspaces: dict[str, Path], minutes: dict[str, float]) -> None:
-    """Print the two arms side by side and the aimed arm's final model against the uniform one's."""
-    for arm in ARMS:
+    """Print the arms side by side and the aimed arm's final model against the uniform one's (and the repeat's)."""
+    for arm in reports:
         rep = reports[arm]
         print(f"\n{arm} ({minutes[arm]:.1f} min, {workspaces[arm]}):")
         for r in rep["rounds"]:
@@ -120,12 +149,18 @@ def report(reports: dict[str, dict[str, Any]], workspaces: dict[str, Path], minu
             if alloc:
                 spent = ", ".join(f"{g['group']} {g['prompts']}" for g in alloc["groups"])
                 print(f"  slice {name} ({alloc['rule']}): {alloc['why']}\n    {spent}")
-    final = {arm: reports[arm]["rounds"][-1]["model"] for arm in ARMS}
+    final = {arm: reports[arm]["rounds"][-1]["model"] for arm in reports}
     aimed, cats = last_exact(workspaces["aimed"], final["aimed"])
     uniform, _ = last_exact(workspaces["uniform"], final["uniform"])
     mean, lo, hi, n = paired_exact(aimed, uniform)
     print(f"\nlast round, aimed - uniform, exact answers paired by test prompt ({n} prompts): {mean:+.3f} "
-          f"[{lo:+.3f}, {hi:+.3f}] ({'above 0' if lo > 0 else 'below 0' if hi < 0 else 'within chance'})")
+          f"[{lo:+.3f}, {hi:+.3f}] ({verdict(lo, hi)})")
+    print(f"each round, aimed - uniform: {paired_rounds(reports, workspaces, 'aimed')}")
+    if REPEAT in reports:
+        again, _ = last_exact(workspaces[REPEAT], final[REPEAT])
+        mean, lo, hi, n = paired_exact(again, uniform)
+        print(f"the training's own noise, repeat (the trainers' seeds + 1) - uniform, last round: {mean:+.3f} "
+              f"[{lo:+.3f}, {hi:+.3f}] ({verdict(lo, hi)}); each round: {paired_rounds(reports, workspaces, REPEAT)}")
     table = exact_count({"aimed": aimed, "uniform": uniform}, cats, "aimed", "uniform")
     if table is not None:
         print(f"per category, aimed against uniform: exact, gained, lost (all: {table.n} vs "
@@ -146,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     reports: dict[str, dict[str, Any]] = {}
     workspaces: dict[str, Path] = {}
     minutes: dict[str, float] = {}
-    for arm in ARMS:
+    for arm in sets:
         ws = workspaces[arm] = root / f"draw-{args.draw}" / arm
         reports[arm], minutes[arm] = run_flywheel(args.config, ws, sets[arm], arm)
         print(f"[bench] {arm}: {minutes[arm]:.1f} min, workspace {ws}", flush=True)
