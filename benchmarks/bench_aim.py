@@ -125,13 +125,15 @@ def verdict(lo: float, hi: float) -> str:
 
 
 def paired_rounds(reports: dict[str, dict[str, Any]], workspaces: dict[str, Path], arm: str) -> str:
-    """Return ``arm``'s model of each round against the uniform arm's of the same round, paired by test prompt."""
-    rows = []
+    """Return ``arm``'s model of each round against the uniform arm's of the same round, paired by test prompt,
+    and whether the last round's CI is above 0, below it or within chance."""
+    rows, last = [], "no round"
     for mine, theirs in zip(reports[arm]["rounds"], reports["uniform"]["rounds"]):
         mean, lo, hi, _ = paired_exact(last_exact(workspaces[arm], mine["model"])[0],
                                        last_exact(workspaces["uniform"], theirs["model"])[0])
         rows.append(f"round {mine['round']} {mean:+.3f} [{lo:+.3f}, {hi:+.3f}]")
-    return "; ".join(rows)
+        last = f"{verdict(lo, hi)} at the last"
+    return f"{'; '.join(rows)} ({last})"
 
 
 def report(reports: dict[str, dict[str, Any]], workspaces: dict[str, Path], minutes: dict[str, float]) -> None:
@@ -157,10 +159,8 @@ def report(reports: dict[str, dict[str, Any]], workspaces: dict[str, Path], minu
           f"[{lo:+.3f}, {hi:+.3f}] ({verdict(lo, hi)})")
     print(f"each round, aimed - uniform: {paired_rounds(reports, workspaces, 'aimed')}")
     if REPEAT in reports:
-        again, _ = last_exact(workspaces[REPEAT], final[REPEAT])
-        mean, lo, hi, n = paired_exact(again, uniform)
-        print(f"the training's own noise, repeat (the trainers' seeds + 1) - uniform, last round: {mean:+.3f} "
-              f"[{lo:+.3f}, {hi:+.3f}] ({verdict(lo, hi)}); each round: {paired_rounds(reports, workspaces, REPEAT)}")
+        print(f"the training's own noise, repeat (the trainers' seeds + 1) - uniform, each round: "
+              f"{paired_rounds(reports, workspaces, REPEAT)}")
     table = exact_count({"aimed": aimed, "uniform": uniform}, cats, "aimed", "uniform")
     if table is not None:
         print(f"per category, aimed against uniform: exact, gained, lost (all: {table.n} vs "

@@ -84,3 +84,4 @@ def test_each_rounds_models_are_paired_against_the_uniform_arms_of_the_same_roun
         reports[arm] = {"rounds": [{"round": r, "model": m} for r, m in enumerate(models)]}
     line = mod.paired_rounds(reports, workspaces, "aimed")
     assert line.startswith("round 0 +0.000 [+0.000, +0.000]; round 1 +0.250 [")
+    assert line.endswith("] (above 0 at the last)")
