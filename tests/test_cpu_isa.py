@@ -30,17 +30,31 @@ def test_the_pin_sets_each_librarys_switch_unless_the_user_did_or_opted_out():
     assert pin_cpu_isa(native) == {} and native == {OPT_OUT: "native"}
 
 
-def capability(env: dict[str, str], first: str = "") -> str:
-    code = f"{first}import arena_learning, torch; print(torch.backends.cpu.get_cpu_capability())"
+def capability(env: dict[str, str], first: str = "", pin: bool = False) -> str:
+    pinning = "from arena_learning.cpu_isa import pin_cpu_isa; pin_cpu_isa(); " if pin else ""
+    code = f"{first}import arena_learning, torch; {pinning}print(torch.backends.cpu.get_cpu_capability())"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return proc.stdout.strip()
 
 
+def test_importing_the_package_changes_nothing_in_the_process():
+    code = ("import os, json; before = dict(os.environ); import arena_learning, arena_learning.cli, "
+            "arena_learning.pipeline; print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
+    proc = subprocess.run([sys.executable, "-c", code], env=CLEAN, capture_output=True, text=True, check=True)
+    assert json.loads(proc.stdout) == {}
+
+
 @pytest.mark.skipif(not X86_AVX2, reason="the pin is for x86-64 CPUs with AVX2")
-def test_importing_the_package_pins_torchs_kernels_even_after_torch_was_imported():
-    assert capability(CLEAN) == "AVX2"
-    assert capability(CLEAN, first="import torch; ") == "AVX2"  # torch reads it at its first kernel, not import
-    assert capability({**CLEAN, "ATEN_CPU_CAPABILITY": "default"}) == "DEFAULT"  # the user's own choice wins
+def test_the_arena_command_pins_torchs_kernels_and_a_library_user_can_even_after_torch_was_imported():
+    assert capability(CLEAN) != "AVX2" or "avx512f" not in Path("/proc/cpuinfo").read_text()  # no pin on import
+    assert capability(CLEAN, pin=True) == "AVX2"
+    assert capability(CLEAN, first="import torch; ", pin=True) == "AVX2"  # torch reads it at its first kernel
+    assert capability({**CLEAN, "ATEN_CPU_CAPABILITY": "default"}, pin=True) == "DEFAULT"  # the user's choice wins
+    # the command sets it in its own process, and so in every process it starts (training through accelerate)
+    code = ("import os, sys; from arena_learning import __main__ as m; sys.argv = ['arena', '--help']; "
+            "import atexit; atexit.register(lambda: print('ISA', os.environ.get('ATEN_CPU_CAPABILITY'))); m.main()")
+    proc = subprocess.run([sys.executable, "-c", code], env=CLEAN, capture_output=True, text=True)
+    assert "ISA avx2" in proc.stdout, proc.stdout + proc.stderr
 
 
 # Every other library's kernel choice forced down to AVX2: MKL told the CPU has no more than AVX2, OpenBLAS (numpy's

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .cpu_isa import pin_cpu_isa
-
-# torch's CPU kernels at AVX2 on every x86-64 machine, before torch computes anything: the same weights trained on a
-# machine with AVX-512 as on one without (cpu_isa; ARENA_CPU_ISA=native opts out)
-pin_cpu_isa()
+# Importing the package changes nothing in the process: the AVX2 kernel pin (cpu_isa) is applied by the `arena`
+# command, or by calling arena_learning.cpu_isa.pin_cpu_isa() before torch computes anything.
 
 if TYPE_CHECKING:
     from pathlib import Path

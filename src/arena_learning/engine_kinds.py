@@ -37,6 +37,8 @@ class EngineKind:
     weights: str | None = None
     """``module:function`` giving the local weights a spec's ``model`` names (their content is the
     model's identity in the flywheel); None: no local weights (an endpoint, an import, vLLM's own)."""
+    extra: str | None = None
+    """The extra of the install that the kind needs (``arena_learning.extras``); None: the core runs it."""
     batch_price: float | None = None
     """A batch call's price as a share of a synchronous one's, where the engine's hosted APIs sell batches
     (``ModelSpec.price_batch``'s default); None: no batch price."""
@@ -60,15 +62,18 @@ def _resolve(ref: str) -> Any:  # a class or a function, by the registry's name
 
 
 ENGINE_KINDS: dict[str, EngineKind] = {k.name: k for k in (
-    EngineKind("llamacpp", "in-process GGUF", "llamacpp:LlamaCppEngine", weights="bundled:resolve_model_path"),
+    EngineKind("llamacpp", "in-process GGUF", "llamacpp:LlamaCppEngine", extra="local",
+               weights="bundled:resolve_model_path"),
     EngineKind("openai", "any OpenAI-compatible endpoint", "openai_compat:OpenAIEngine", batch_price=0.5),
     EngineKind("anthropic", "Anthropic's Messages API; the anthropic extra", "anthropic_engine:AnthropicEngine",
-               batch_price=0.5),
+               extra="anthropic", batch_price=0.5),
     EngineKind("imported", "answers loaded with `arena import-answers`, no model to run", "imported:ImportedEngine",
                makes_calls=False),
     EngineKind("transformers", "in-process Hugging Face model folder, batched; what the flywheel trains",
-               "transformers_engine:TransformersEngine", weights="transformers_engine:resolve_hf_folder"),
-    EngineKind("vllm", "in-process vLLM offline batches; needs a GPU", "vllm_engine:VLLMEngine", loads_on_build=True),
+               "transformers_engine:TransformersEngine", extra="train",
+               weights="transformers_engine:resolve_hf_folder"),
+    EngineKind("vllm", "in-process vLLM offline batches; needs a GPU", "vllm_engine:VLLMEngine",
+               extra="vllm", loads_on_build=True),
 )}
 """Every engine kind by name, in the order the documentation lists them."""
 

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from .. import pipeline
 from ..config import RunConfig, load_config_file
+from ..extras import require_for
 from ..store import Store
 from .consoles import stderr_console
 from .errors import user_errors
@@ -61,6 +62,7 @@ def export_command(
     if stage not in ("answers", "battles"):
         raise ArenaError(f"--stage {stage!r}: give answers or battles")
     cfg = load_config_file(config, RunConfig, set_)
+    require_for(cfg, f"{config}")
     with Store(pipeline.workspace_for(cfg, workspace)) as store:
         report = export_requests(cfg, store, stage, out, model or ())  # type: ignore[arg-type]  # checked above
         where = store.root

@@ -16,6 +16,7 @@ from rich.table import Table
 from ..config import load_config_file
 from ..curate import INGESTED
 from ..errors import ArenaError
+from ..extras import require_for
 from ..progress import tracking
 from ..store import Store
 from .consoles import stderr_console, stdout_console
@@ -160,6 +161,7 @@ def testset_build_command(
     from ..curate.settings import TestsetConfig
 
     cfg = load_config_file(config, TestsetConfig, set_)
+    require_for(cfg, f"{config}", {"curate": "building a test set"})
     root, result = run_testset(cfg, workspace, progress=not quiet, on_skipped=print_problems)
     console.print(steps_table(result.steps, "test set: counts per step"))
     console.print(per_cluster_table(result.per_cluster, "test set: per cluster"))
@@ -184,6 +186,7 @@ def pool_build_command(
     from ..curate.settings import PoolConfig
 
     cfg = load_config_file(config, PoolConfig, set_)
+    require_for(cfg, f"{config}", {"curate": "building a training pool"})
     root, result = run_pool(cfg, workspace, progress=not quiet, on_skipped=print_problems)
     console.print(steps_table(result.steps, "pool: counts per step"))
     console.print(per_cluster_table(result.per_cluster, "pool: slices per cluster"))

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ArenaError
+from ..extras import missing_extra
 from .consoles import stderr_console
 
 P = ParamSpec("P")
@@ -29,7 +30,8 @@ R = TypeVar("R")
 
 @contextlib.contextmanager
 def reporting_errors() -> Iterator[None]:
-    """Turn an ArenaError into its message and exit code 2; print data warnings."""
+    """Turn an ArenaError into its message and exit code 2 (an extra that is not installed too); print data
+    warnings."""
     err = stderr_console()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
@@ -37,6 +39,12 @@ def reporting_errors() -> Iterator[None]:
             yield
         except ArenaError as e:
             err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except ModuleNotFoundError as e:  # an extra's package that no check before the work asked for
+            missing = missing_extra(e)
+            if missing is None:
+                raise
+            err.print(f"[bold red]error:[/] {escape(str(missing))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         finally:
             for w in caught:

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ..config import load_config_file
 from ..errors import ArenaError
+from ..extras import require_for
 from ..flywheel_state import Delta, RatedModel, RoundRow, SliceRecord, StageRecord
 from ..records import ExactAnswers
 from ..store import DEFAULT_SET, Store
@@ -274,6 +275,7 @@ def flywheel_command(
     from ..scale import scaled
 
     cfg = load_config_file(config, FlywheelConfig, [*(set_ or []), *ray_overrides(ray)])
+    require_for(cfg, f"{config}", {"train": "the flywheel's training"})
     chosen = None
     if baselines is not None:
         chosen = [b.strip() for b in baselines.split(",") if b.strip()]

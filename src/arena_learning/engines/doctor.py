@@ -1,14 +1,19 @@
-"""What a bug report needs: the interpreter, OS, CPU, the llama.cpp build and whether it runs, torch, the bundled
-model."""
+"""What a bug report needs: the interpreter, OS, CPU, the extras installed, the GPU, the llama.cpp build and whether
+it runs, torch and its kernels, the bundled model. On the core install (no extras) every part it cannot see says
+which extra would bring it."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
+import shutil
+import subprocess
 import sys
 from importlib import metadata
 from typing import Any
 
+from ..extras import EXTRAS, installed
 from .llama_build import BUILD_TAG, wheel_dir
 from .llama_check import build_fingerprint, check_llama, cpu_info, library_dir
 
@@ -23,15 +28,39 @@ def _version(dist: str) -> str | None:
 
 
 def _torch() -> dict[str, Any]:
-    try:
-        import torch
-    except ImportError as err:
-        return {"installed": False, "error": str(err)}
     from ..cpu_isa import describe
+
+    if importlib.util.find_spec("torch") is None:
+        return {"installed": False, "isa_pin": describe(), "error": "not installed (the train extra)"}
+    import torch
 
     return {"installed": True, "version": torch.__version__, "threads": torch.get_num_threads(),
             "interop_threads": torch.get_num_interop_threads(), "cuda": bool(torch.cuda.is_available()),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "isa_pin": describe()}
+            "cuda_build": torch.version.cuda, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "isa_pin": describe()}
+
+
+def gpus() -> list[dict[str, Any]]:
+    """Return each GPU torch sees (name, memory in GiB, the CUDA build), or, without torch, each one nvidia-smi
+    lists; [] where there is none."""
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            return [{"name": torch.cuda.get_device_name(i),
+                     "memory_gib": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1),
+                     "cuda_build": torch.version.cuda, "seen_by": "torch"} for i in range(torch.cuda.device_count())]
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = [line.rsplit(",", 1) for line in out.splitlines() if "," in line]
+    return [{"name": name.strip(), "memory_gib": round(float(mib) / 1024, 1), "cuda_build": None,
+             "seen_by": "nvidia-smi (torch sees no GPU here)"} for name, mib in rows if mib.strip().isdigit()]
 
 
 def _bundled() -> dict[str, Any]:
@@ -75,12 +104,17 @@ def diagnose() -> dict[str, Any]:
     from ..errors import ArenaError
 
     smoke: dict[str, Any]
-    try:
-        got = check_llama(use_cache=False)
-        smoke = {"ok": True, "seconds": got.get("seconds"), "text": got.get("text"),
-                 "system_info": got.get("system_info", "")}
-    except ArenaError as err:
-        smoke = {"ok": False, "error": str(err), "system_info": ""}
+    if importlib.util.find_spec("llama_cpp") is None:  # the core install: nothing to smoke-test
+        smoke = {"ok": None, "skipped": f"llama-cpp-python is not installed ({EXTRAS['local'].pip})",
+                 "system_info": ""}
+    else:
+        try:
+            got = check_llama(use_cache=False)
+            smoke = {"ok": True, "seconds": got.get("seconds"), "text": got.get("text"),
+                     "system_info": got.get("system_info", "")}
+        except ArenaError as err:
+            smoke = {"ok": False, "error": str(err), "system_info": ""}
+    have = installed()
     lib = library_dir()
     portable_wheels = sorted(p.name for p in wheel_dir().glob("*.whl")) if wheel_dir().is_dir() else []
     wide = wide_features(smoke.get("system_info", ""))
@@ -89,6 +123,10 @@ def diagnose() -> dict[str, Any]:
                    "implementation": platform.python_implementation()},
         "os": {"platform": platform.platform(), "kernel": platform.release()},
         "cpu": cpu_info(),
+        "arena_learning": _version("arena-learning"),
+        "extras": {name: {"installed": name in have, "versions": have.get(name, {}),
+                          "pip": None if name in have else e.pip} for name, e in EXTRAS.items()},
+        "gpus": gpus(),
         "llama_cpp": {
             "version": _version("llama-cpp-python"),
             "library_dir": str(lib) if lib else None,

@@ -98,15 +98,13 @@ class BattleTable:
             outcome: int (N,) codes ``A_WINS``/``B_WINS``/``TIE``.
             prompt: (N,) prompt ids of any hashable type; None gives each battle its own.
         """
-        import pandas as pd  # pandas' factorize is the fast hash-based string coder
-
         n = len(model_a)
         if n == 0:
             raise ArenaError("no battles to rate: the battle list is empty")
         if len(model_b) != n or len(outcome) != n or (prompt is not None and len(prompt) != n):
             raise ValueError("model_a, model_b, outcome and prompt must have the same length")
         both = np.concatenate([np.asarray(model_a, dtype=object), np.asarray(model_b, dtype=object)])
-        codes, uniques = pd.factorize(both)
+        codes, uniques = factorize(both)
         if (codes < 0).any():
             raise ArenaError("a battle has no model name (model_a or model_b is empty/missing)")
         a = codes[:n].astype(np.int32)
@@ -125,8 +123,19 @@ class BattleTable:
         if prompt is None:
             p = np.arange(n, dtype=np.int64)
         else:
-            p = pd.factorize(np.asarray(prompt, dtype=object))[0].astype(np.int64)
+            p = factorize(np.asarray(prompt, dtype=object))[0].astype(np.int64)
         return cls(tuple(str(m) for m in uniques), a, b, out, p)
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, list[object]]:
+    """Return (codes, uniques): each value's index among the distinct values in order of first appearance, as
+    pandas' ``factorize`` gives them (None and NaN are missing: code -1). A dict lookup per value: numpy's
+    ``unique`` sorts, which costs more on strings and loses the order of first appearance."""
+    index: dict[object, int] = {}
+    setdefault = index.setdefault
+    codes = np.fromiter((-1 if v is None or v != v else setdefault(v, len(index)) for v in values),
+                        dtype=np.intp, count=len(values))
+    return codes, list(index)
 
 
 @dataclass(frozen=True)
