@@ -238,8 +238,10 @@ class ModelSpec(Section):
     name: str = Field(min_length=1, description="the model's name in the arena (leaderboards, the store, --set "
                       "models.NAME....); unique in a config")
     engine: str = Field(description=_ENGINE_HELP)
-    model: str = Field("bundled", description="'bundled', a GGUF path (llamacpp), a served model id (openai) or a "
-                       "Hugging Face model folder, a GGUF path or 'bundled' (transformers)")
+    model: str = Field("bundled", description="llamacpp: 'bundled' or another registered model name, a GGUF path, a "
+                       "Hugging Face repo and file (ORG/NAME/FILE.gguf, ORG/NAME:Q4_K_M, ORG/NAME@REVISION/...) or an "
+                       "Ollama tag (NAME:TAG); transformers: the same, a model folder, or a repo id (ORG/NAME: its "
+                       "snapshot); openai: the served model id. docs/models.md: Naming a model")
     mode: Literal["chat", "completion"] = Field("chat", description="chat: messages through the chat template (an "
                                                 "instruction-tuned model); completion: a text prompt from "
                                                 "prompt_format (a base model, few-shot)")

