@@ -18,6 +18,7 @@ from arena_learning.engines.base import Request
 from arena_learning.engines.bundled import BUNDLED_NAME, resolve_model_path
 from arena_learning.engines.model_names import HubName, OllamaName, describe, locate, parse
 from arena_learning.errors import EngineError
+from arena_learning.extras import MissingExtra
 
 from .conftest import arena
 
@@ -246,8 +247,9 @@ def test_a_damaged_hub_blob_and_a_changed_registered_file_are_refused(offline_hu
 
 def test_without_huggingface_hub_a_repo_id_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as on the core install: the import fails
-    with pytest.raises(EngineError, match=r"'org/m-GGUF:Q4_K_M' is a Hugging Face repo id, which needs "
-                                          r"huggingface_hub: pip install 'arena-learning\[local\]'"):
+    with pytest.raises(MissingExtra, match=r"'org/m-GGUF:Q4_K_M' is a Hugging Face repo id, which needs the 'local' "
+                                           r"extra \(huggingface_hub not installed\): pip install "
+                                           r"'arena-learning\[local\]'"):
         resolve_model_path("org/m-GGUF:Q4_K_M")
 
 

@@ -60,13 +60,14 @@ def register(app: typer.Typer) -> None:
             table.add_column(col, overflow="fold")
         for row in rows:
             aliases = f" ({', '.join(row['aliases'])})" if row["aliases"] else ""
+            on_disk = Path(str(row["path"])).name if row["assembled"] else "not assembled yet"
             table.add_row(
                 f"{row['name']}{aliases}", f"PyPI, {row['parts_installed']}/{row['parts']} parts installed",
-                f"{row['size'] / 1e6:,.0f} MB", str(row["path"]) if row["assembled"] else "not assembled yet",
+                f"{row['size'] / 1e6:,.0f} MB", on_disk,
                 str(row["license"]), "\n".join(p["model"] for p in row["published"]), str(row["prompt"]))
         stdout_console().print(table)
         total = sum(int(r["bytes_on_disk"]) for r in rows)
-        typer.echo(f"cache: {total / 1e6:,.0f} MB assembled in {Path(str(rows[0]['path'])).parent}; "
+        typer.echo(f"on disk: {total / 1e6:,.0f} MB assembled in {Path(str(rows[0]['path'])).parent}; "
                    f"`arena models verify` re-hashes, `arena models remove NAME` frees")
 
     @models_app.command("verify")

@@ -32,9 +32,11 @@ def _hub(name: HubName) -> Any:
     try:
         import huggingface_hub
     except ImportError as err:
-        raise EngineError(
-            f"model {str(name)!r} is a Hugging Face repo id, which needs huggingface_hub: "
-            f"pip install 'arena-learning[local]' (or give the model's path)"
+        from ..extras import EXTRAS, MissingExtra
+
+        raise MissingExtra(
+            f"model {str(name)!r} is a Hugging Face repo id, which needs the 'local' extra (huggingface_hub not "
+            f"installed): {EXTRAS['local'].pip} (or give the model's path)"
         ) from err
     return huggingface_hub
 
