@@ -107,6 +107,51 @@ def test_a_workspace_made_before_votes_gains_the_table_and_reads_empty(tmp_path)
         assert len(store.get_votes()) == 1
 
 
+OLD_VOTES = """CREATE TABLE votes (vote_id TEXT PRIMARY KEY, set_name TEXT NOT NULL, prompt_id TEXT NOT NULL,
+    model_a TEXT NOT NULL, model_b TEXT NOT NULL, verdict TEXT NOT NULL, voter TEXT NOT NULL, shown_at REAL NOT NULL,
+    voted_at REAL NOT NULL, seconds REAL NOT NULL, control TEXT, retracted INTEGER NOT NULL DEFAULT 0)"""
+
+
+def test_a_workspace_with_votes_from_before_voter_sessions_keeps_them_and_gains_sessions(tmp_path):
+    build_workspace(tmp_path)
+    db = sqlite3.connect(tmp_path / "arena.db")
+    db.execute("DROP TABLE votes")
+    db.execute("DROP TABLE voters")
+    db.execute(OLD_VOTES)
+    db.execute("INSERT INTO votes VALUES ('page-made-id-1', 'test', 'p1', 'm0', 'm1', 'a', 'ann', 1.0, 9.0, 8.0, "
+               "NULL, 0)")
+    db.commit()
+    db.close()
+    with Store(tmp_path, readonly=True) as store:  # read as it is: cast before sessions
+        assert [(v.vote_id, v.session) for v in store.get_votes()] == [("page-made-id-1", None)]
+        assert store.get_voter("ann") is None
+    with Store(tmp_path) as store:  # opened to write: the column and the voters table are added, no vote moves
+        assert store.bind_voter("ann", "digest") is True and store.bind_voter("ann", "other") is False
+        assert store.get_voter("ann") == ("digest", 0)
+        assert store.end_session("ann", 0) is True and store.end_session("ann", 0) is False
+        store.record_vote(vote(Item("test", "p2", "m1", "m2"), "b", "ann", 2).model_copy(update={"session": 1}))
+        assert [(v.vote_id, v.session) for v in store.get_votes()] == [("page-made-id-1", None), ("ann-000002", 1)]
+        assert store.bind_voter("ann", "invited", replace=True) and store.get_voter("ann") == ("invited", 1)
+
+
+def test_a_session_shows_no_prompt_twice_no_answer_whose_model_is_known_and_no_undone_pair(tmp_path):
+    build_workspace(tmp_path)
+    pool = vote_pool(tmp_path)
+    known = vote(Item("test", "p1", "m0", "m1"), "a", "ann", 0).model_copy(update={"session": 0})  # named at its end
+    undone = vote(Item("test", "p2", "m2", "m3"), "b", "ann", 1).model_copy(update={"session": 1, "retracted": True})
+    live = vote(Item("test", "p4", "m1", "m3"), "a", "ann", 2).model_copy(update={"session": 1})
+    items = [next_item(pool, [known, undone, live], "ann",
+                       ScheduleOptions(control_share=0.5, control_kinds=("repeat",), mode="random", seed=seed),
+                       np.random.default_rng(seed), session=1, shown={"p3", "p4"}) for seed in range(200)]
+    assert all(i is not None for i in items)
+    real = [i for i in items if i.control is None]
+    assert real and not any(i.prompt_id in ("p3", "p4") for i in real)  # shown in this session
+    assert not any(i.prompt_id == "p1" and {i.model_a, i.model_b} & {"m0", "m1"} for i in items)  # models known
+    assert not any(i.prompt_id == "p2" and {i.model_a, i.model_b} == {"m2", "m3"} for i in items)  # undone stays used
+    repeats = {(i.prompt_id, i.model_a, i.model_b) for i in items if i.control == "repeat"}
+    assert repeats == {("p4", "m3", "m1")}  # only a pair of this session, the other way round
+
+
 def test_controls_come_once_per_block_and_real_items_are_never_repeated(tmp_path):
     build_workspace(tmp_path)
     options = ScheduleOptions(control_share=0.2, control_kinds=("empty", "identical", "empty", "empty", "repeat"))

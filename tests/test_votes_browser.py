@@ -1,7 +1,7 @@
 """The vote page in a real browser (headless Chromium, as the report's browser tests drive it): two voters vote
 with key presses and clicks, the server is stopped and started again between votes, a reload resumes, undo takes
-a vote back; the votes land once each, no model name reaches the page before a vote, hostile answers stay inert,
-and the console stays clean."""
+a vote back, ending the session names the models; the votes land once each, no model name reaches the page before
+the session ends, hostile answers stay inert, and the console stays clean."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ from tests.test_report_browser import HOSTILE_ANSWERS, Page, browser, chromium  
 MODELS = ["north-7b", "south-13b", "east-3b", "west-70b"]
 
 
-def build_workspace(root: Path, hostile_every: int = 3) -> None:
+def build_workspace(root: Path, hostile_every: int = 3, n_prompts: int = 20) -> None:
     with Store(root) as store:
-        store.put_prompts("test", [Prompt(id=f"q{k}", turns=[f"question {k}", "<b>and</b> then?"]) for k in range(20)])
+        store.put_prompts("test", [Prompt(id=f"q{k}", turns=[f"question {k}", "<b>and</b> then?"])
+                                   for k in range(n_prompts)])
         store.put_answers([Answer(prompt_id=f"q{k}", model=m,
                                   turns=[HOSTILE_ANSWERS[(k + n) % len(HOSTILE_ANSWERS)] if (k + n) % hostile_every == 0
                                          else f"answer {k}.{n}", f"more {k}.{n}"])
-                           for k in range(20) for n, m in enumerate(MODELS)])
+                           for k in range(n_prompts) for n, m in enumerate(MODELS)])
 
 
 class Voter:
@@ -33,8 +34,8 @@ class Voter:
 
     def __init__(self, browser, url: str, name: str, bypass_csp: bool = False):  # noqa: F811  (the fixture)
         self.p = Page(browser, bypass_csp=bypass_csp)
-        self.responses: list[str] = []
-        self.p.page.on("response", lambda r: self.responses.append(r.text()) if "/api/next" in r.url else None)
+        self.responses: list[str] = []  # every answer of the API, read before the session ends
+        self.p.page.on("response", lambda r: self.responses.append(r.text()) if "/api/" in r.url else None)
         self.page = self.p.open(url)
         self.page.wait_for_selector("body[data-state='need-name']")
         self.page.fill("#voter", name)
@@ -66,17 +67,21 @@ def test_two_voters_vote_by_key_and_click_through_a_restart_a_reload_and_an_undo
                 server = VoteServer(tmp_path, settings).start()
             ann.vote(how)
             bob.vote(presses[-1 - n])
-        assert "Left was" in ann.page.text_content("#status")
+        assert "shown when your session ends" in ann.page.text_content("#status")
         ann.page.keyboard.press("s")  # skip: a new item, nothing stored
         ann.page.wait_for_selector("body[data-state='ready']")
-        ann.page.keyboard.press("u")  # undo the last stored vote: it comes back on screen
+        ann.page.keyboard.press("u")  # undo the last stored vote: taken back, its item does not come back
         ann.page.wait_for_selector("#status:text('Undone')")
         ann.vote("3")
-        ann.page.reload()  # a reload resumes: the name is kept, the count is the store's
+        ann.page.reload()  # a reload resumes: the voter is the browser's cookie, the count is the store's
         ann.page.wait_for_selector("body[data-state='ready']")
         assert ann.page.get_attribute("#count", "data-count") == "12"
+        assert ann.page.input_value("#voter") == "ann"
         seen = "".join(ann.responses + bob.responses)
-        assert ann.responses and not any(m in seen for m in MODELS)  # no model name before a vote
+        assert ann.responses and not any(m in seen for m in MODELS)  # no model name before the session ends
+        ann.page.keyboard.press("e")  # end the session: its votes, named
+        ann.page.wait_for_selector("body[data-revealed='1']")
+        assert any(m in ann.page.text_content("#revealed") for m in MODELS)
         for v in (ann, bob):
             assert v.page.evaluate("typeof window.__pwned") == "undefined"
             assert v.p.errors == []
@@ -147,7 +152,7 @@ def test_votes_wait_in_the_page_while_a_run_holds_the_workspace_and_land_when_it
 def test_200_votes_of_two_voters_in_the_browser_survive_the_server_killed_between_votes(tmp_path, browser):  # noqa: F811
     from tests.test_votes_server import Server
 
-    build_workspace(tmp_path)
+    build_workspace(tmp_path, n_prompts=80)  # a voter meets an answer whose model they were shown never again
     server = Server(tmp_path)
     server.start()
     url = f"http://127.0.0.1:{server.port}/"
@@ -160,8 +165,9 @@ def test_200_votes_of_two_voters_in_the_browser_survive_the_server_killed_betwee
                 server.start()
             ann.vote(keys[n % len(keys)])
             bob.vote(keys[(n + 3) % len(keys)])
-        seen = "".join(ann.responses + bob.responses)
+        seen = "".join(r for r in ann.responses + bob.responses if '"reveal": [' not in r)  # but the session ends
         assert not any(m in seen for m in MODELS)
+        assert sum('"reveal": [' in r for r in ann.responses) == 5  # a session ends every 20 votes
         assert ann.p.errors == [] and bob.p.errors == []
     finally:
         ann.p.close()

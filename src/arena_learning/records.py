@@ -104,7 +104,9 @@ already voted on, shown in the other order."""
 class Vote(Record):
     """One person's vote on two answers to a prompt, models in the order shown (left = model_a)."""
 
-    vote_id: str = Field(min_length=8, max_length=64, description="unique per vote: a resubmission is stored once")
+    vote_id: str = Field(min_length=8, max_length=64,
+                         description="the nonce of the item voted on (unique): an item takes one vote, a resubmission "
+                                     "is stored once")
     set_name: str = "test"
     prompt_id: str
     model_a: str = Field(description="the model shown left; '' for a control's empty answer")
@@ -116,6 +118,8 @@ class Vote(Record):
     seconds: float = Field(ge=0, description="time from shown to voted")
     control: ControlKind | None = Field(None, description="None for a real item")
     retracted: bool = False
+    session: int | None = Field(None, description="the voter's session it was cast in; its models are shown when "
+                                                  "the session ends (None: cast before sessions)")
 
 
 class Rating(Record):

@@ -110,7 +110,7 @@ CREATE TABLE IF NOT EXISTS grades (
     PRIMARY KEY (set_name, prompt_id, model, judge)
 );
 CREATE TABLE IF NOT EXISTS votes (
-    vote_id TEXT PRIMARY KEY,       -- made by the page: a vote resubmitted after a reload is stored once
+    vote_id TEXT PRIMARY KEY,       -- the item's nonce, made by the server when it showed the item: one vote per item
     set_name TEXT NOT NULL,
     prompt_id TEXT NOT NULL,
     model_a TEXT NOT NULL,          -- shown left ('' for a control's empty answer)
@@ -121,7 +121,14 @@ CREATE TABLE IF NOT EXISTS votes (
     voted_at REAL NOT NULL,
     seconds REAL NOT NULL,
     control TEXT,                   -- NULL for a real item, else 'identical', 'empty' or 'repeat'
-    retracted INTEGER NOT NULL DEFAULT 0
+    retracted INTEGER NOT NULL DEFAULT 0,
+    session INTEGER                 -- the voter's session it was cast in (NULL: cast before sessions)
+);
+CREATE TABLE IF NOT EXISTS voters (
+    name TEXT PRIMARY KEY,          -- a voter's name, bound to the secret of the browser that took it
+    secret TEXT NOT NULL,           -- sha256 of that secret (the browser holds it in a cookie)
+    session INTEGER NOT NULL DEFAULT 0,  -- the session going on (the models of earlier ones were shown)
+    created_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
@@ -146,9 +153,11 @@ CREATE TABLE IF NOT EXISTS batch_calls (
 );
 """
 
-VOTES_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS votes"):SCHEMA.index("CREATE TABLE IF NOT EXISTS meta")]
+VOTE_TABLES = SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS votes"):SCHEMA.index("CREATE TABLE IF NOT EXISTS meta")]
 VOTE_COLUMNS = ("vote_id", "set_name", "prompt_id", "model_a", "model_b", "verdict", "voter", "shown_at", "voted_at",
-                "seconds", "control", "retracted")
+                "seconds", "control", "retracted", "session")
+"""The votes table's columns; ``session`` and the ``voters`` table came later: a workspace without them gains
+them when opened to write (``Store._vote_tables``), and reads its votes as cast before sessions."""
 
 # Release 0.1.0 -> 2: the three artifact tables gain a leading set_name (its rows were the test
 # set's); SQLite cannot change a primary key in place, so each table is rebuilt.
@@ -399,8 +408,7 @@ class Store:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         self._check_version(version)
         if version == SCHEMA_VERSION:
-            if not self._has_table("votes"):  # a workspace made before the vote page: the table is new, no data moves
-                self.db.execute(VOTES_TABLE)
+            self._vote_tables()
             return
         old = self._has_table("answers") and "set_name" not in {
             r[1] for r in self.db.execute("PRAGMA table_info(answers)")}
@@ -425,6 +433,20 @@ class Store:
             self.db.execute("ROLLBACK")
             raise ArenaError(f"cannot migrate the workspace {self.root} to schema {SCHEMA_VERSION} ({err}); "
                              "it is unchanged") from None
+        self._vote_tables()
+
+    def _vote_tables(self) -> None:
+        """Give a workspace made before the vote page, or before voter sessions, what the votes need; no data moves."""
+        if self._has_table("votes") and "session" not in self._vote_columns():
+            self.db.execute("ALTER TABLE votes ADD COLUMN session INTEGER")
+        if not (self._has_table("votes") and self._has_table("voters")):
+            with self._tx():
+                for stmt in VOTE_TABLES.split(";"):
+                    if stmt.strip():
+                        self.db.execute(stmt)
+
+    def _vote_columns(self) -> set[str]:
+        return {r[1] for r in self.db.execute("PRAGMA table_info(votes)")}
 
     def _release(self) -> None:
         if self._lock is not None:
@@ -724,7 +746,7 @@ class Store:
 
     # ---- people's votes -------------------------------------------------------------
     def record_vote(self, vote: Vote) -> bool:
-        """Store ``vote`` at once (its own commit); return False when its ``vote_id`` is already stored."""
+        """Store ``vote`` at once (its own commit); return False when its ``vote_id`` (its item) is already used."""
         with self._tx():
             cur = self.db.execute(
                 f"INSERT OR IGNORE INTO votes ({', '.join(VOTE_COLUMNS)}) VALUES ({','.join('?' * len(VOTE_COLUMNS))})",
@@ -742,12 +764,40 @@ class Store:
         """Return the votes (of ``set_name``), in the order cast; retracted ones only when asked."""
         if not self._has_table("votes"):  # a workspace made before the vote page, opened read-only
             return []
+        have = self._vote_columns()
+        columns = ", ".join(c if c in have else f"NULL AS {c}" for c in VOTE_COLUMNS)  # the names are the literals
         args: list[object] = [int(retracted)]
-        sql = f"SELECT {', '.join(VOTE_COLUMNS)} FROM votes WHERE (retracted=0 OR ?)"
+        sql = f"SELECT {columns} FROM votes WHERE (retracted=0 OR ?)"
         if set_name is not None:
             sql, args = sql + " AND set_name=?", [*args, set_name]
         rows = self.db.execute(sql + " ORDER BY voted_at, rowid", args)
         return [Vote(**dict(zip(VOTE_COLUMNS, r))) for r in rows]
+
+    def bind_voter(self, name: str, secret_digest: str, *, replace: bool = False) -> bool:
+        """Bind the voter ``name`` to a secret (its sha256); return False when the name is bound already and not
+        ``replace`` (an invitation replaces the secret and keeps the session)."""
+        with self._tx():
+            if replace:
+                cur = self.db.execute(
+                    "INSERT INTO voters (name, secret, created_at) VALUES (?,?,?) "
+                    "ON CONFLICT(name) DO UPDATE SET secret=excluded.secret", (name, secret_digest, time.time()))
+            else:
+                cur = self.db.execute("INSERT OR IGNORE INTO voters (name, secret, created_at) VALUES (?,?,?)",
+                                      (name, secret_digest, time.time()))
+        return cur.rowcount == 1
+
+    def get_voter(self, name: str) -> tuple[str, int] | None:
+        """Return the voter's secret digest and session going on, None when the name is not bound."""
+        if not self._has_table("voters"):
+            return None
+        row = self.db.execute("SELECT secret, session FROM voters WHERE name=?", (name,)).fetchone()
+        return (row[0], int(row[1])) if row else None
+
+    def end_session(self, name: str, session: int) -> bool:
+        """End the voter's session ``session`` (the next begins); return False when it had ended already."""
+        with self._tx():
+            cur = self.db.execute("UPDATE voters SET session=session+1 WHERE name=? AND session=?", (name, session))
+        return cur.rowcount == 1
 
     # ---- what a workspace holds ----------------------------------------------------
     def info(self) -> dict[str, Any]:

@@ -416,7 +416,14 @@ def serve(
     host: Annotated[str, typer.Option(help="address to bind; 127.0.0.1 keeps it on this machine")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     api_key_env: Annotated[str | None, typer.Option(
-        "--api-key-env", help="require 'Authorization: Bearer KEY', KEY read from this environment variable")] = None,
+        "--api-key-env", help="require 'Authorization: Bearer KEY', KEY read from this environment variable (beyond "
+                              "127.0.0.1: needed, at least 22 characters)")] = None,
+    no_api_key: Annotated[bool, typer.Option(
+        "--no-api-key", help="serve beyond 127.0.0.1 without an API key (behind a proxy that checks who calls)")]
+    = False,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="a Host name to answer besides 127.0.0.1, localhost and --host (a reverse proxy's "
+                             "public name); repeat for more")] = None,
     faults: Annotated[str | None, typer.Option(
         help="a test feature: inject faults into the completion requests, to try a client against a flaky "
              "endpoint (the reliability tests do). KIND=RATE for 429, 500, 502, 503, reset, timeout, truncated, "
@@ -432,18 +439,24 @@ def serve(
 
     from ..engines import build_engine
     from ..engines.faults import FaultSpec, install_faults
-    from ..engines.server import is_loopback, make_app
+    from ..engines.server import make_app
     from ..engines.server import serve as run_server
+    from ..httpd import MAKE_TOKEN, check_token, is_loopback
 
     api_key = None
     if api_key_env is not None:
         api_key = os.environ.get(api_key_env)
         if not api_key:
             raise ArenaError(f"--api-key-env {api_key_env}: the environment variable is not set or empty")
+        if not is_loopback(host):
+            check_token(api_key, f"--api-key-env {api_key_env}")
+    elif not is_loopback(host) and not no_api_key:
+        raise ArenaError(f"--host {host} lets other machines use this model (and, for an openai-engine model, spend "
+                         f"its API key): give --api-key-env VAR, VAR holding a key of at least 22 characters (make "
+                         f"one with `{MAKE_TOKEN}`), or --no-api-key behind a proxy that checks who calls")
     elif not is_loopback(host):
-        err_console.print(f"[yellow]warning:[/] serving on {host} without --api-key-env: anyone who can reach port "
-                          f"{port} can use this model (and, for an openai-engine model, spend its API key)",
-                          highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/] serving on {host} without an API key (--no-api-key): anyone who can "
+                          f"reach port {port} can use this model", highlight=False, soft_wrap=True)
     fault_spec = FaultSpec.parse(faults) if faults else None
 
     cfg = load_config_file(config, ModelsFile)
@@ -458,7 +471,7 @@ def serve(
         raise ArenaError(f"model {spec.name!r} has vote (k={spec.vote.k} samples per answer, picked by the arena's "
                          f"answer stage); `arena serve` answers one completion per request: serve a copy of the "
                          f"model without vote")
-    server = make_app(spec.name, build_engine(spec), api_key=api_key)
+    server = make_app(spec.name, build_engine(spec), api_key=api_key, host=host, allow_hosts=allow_host or ())
     if fault_spec is not None:
         install_faults(server, fault_spec)  # a test feature, outside the server itself
     run_server(server, host=host, port=port)

@@ -25,7 +25,9 @@ VOTE_HELP = (
     "until Ctrl-C.\n\n"
     "Each vote is stored at once in the workspace (voter, time shown, seconds taken); a share of the items are "
     "controls (one answer twice, an empty answer, a pair voted before in the other order) that give each voter's "
-    "figures. While a run holds the workspace, votes wait in the page and are sent again until stored. "
+    "figures. A name is bound to the browser that takes it (or given by an invitation link, --voters); the models "
+    "are named when a voter's session ends. While a run holds the workspace, votes wait in the page and are sent "
+    "again until stored. "
     "`arena leaderboard WS --judge human` rates the votes; `arena judge-audit WS` compares the judges with them."
 )
 
@@ -37,11 +39,22 @@ def register(app: typer.Typer) -> None:
 
 def vote_command(
     workspace: Annotated[Path, typer.Argument(help="Workspace directory with answers to vote on.")],
-    host: Annotated[str, typer.Option(help="Address to listen on; anything but 127.0.0.1 needs --token.")]
+    host: Annotated[str, typer.Option(
+        help="Address to listen on; beyond 127.0.0.1 every request needs the token (made if not given).")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0: any free port).")] = 8766,
     token: Annotated[str | None, typer.Option(
-        help="A secret the page must send (it is in the URL printed); needed to listen beyond 127.0.0.1.")] = None,
+        help="A secret of at least 22 characters the page must send (it is in the URL printed); made for you "
+             "beyond 127.0.0.1 when not given.")] = None,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="A Host name to answer besides 127.0.0.1, localhost and --host (a reverse proxy's "
+                             "public name); repeat for more.")] = None,
+    voters: Annotated[Path | None, typer.Option(
+        help="A file of voter names, one a line: only they vote, each by the invitation link printed.")] = None,
+    reveal_every: Annotated[int, typer.Option(
+        help="A voter's session ends, and its models are named, after this many votes (0: when the voter ends "
+             "it).")] = 20,
+    item_minutes: Annotated[float, typer.Option(help="An item shown can be voted on for this many minutes.")] = 30.0,
     set_name: Annotated[str, typer.Option("--set", help="The prompt set whose answers are voted on.")] = "test",
     schedule: Annotated[str, typer.Option(
         help="informative (close pairs on the votes so far, pairs the judges disagree on, even spread over "
@@ -66,16 +79,40 @@ def vote_command(
         mode = cast(Literal["informative", "random"], schedule)  # ScheduleOptions checks it
         options = ScheduleOptions(mode=mode, control_share=control_share, seed=seed)
         rule = VoterRule(fast_seconds=fast_seconds, max_control_fail=max_control_fail, min_consistency=min_consistency)
-        server = VoteServer(workspace, VoteSettings(host=host, port=port, token=token, set_name=set_name,
-                                                    schedule=options, rule=rule))
+        names = None if voters is None else voter_list(voters)
+        server = VoteServer(workspace, VoteSettings(
+            host=host, port=port, token=token, allow_hosts=tuple(allow_host or ()), set_name=set_name,
+            schedule=options, rule=rule, item_ttl_s=item_minutes * 60, reveal_every=reveal_every, voters=names))
     err = stderr_console()
     if server.note:
         err.print(f"[yellow]note:[/] {escape(server.note)}", highlight=False, soft_wrap=True)
-    err.print(escape(f"vote page of {workspace} ({len(server.app.pool)} pairs on {len(server.app.pool.prompt_ids)} "
-                     f"prompts, {len(server.app.pool.models)} models) at {server.url} (Ctrl-C stops)"),
-              highlight=False, soft_wrap=True)
+    pool = server.app.pool
+    lines = [f"vote page of {workspace} ({len(pool)} pairs on {len(pool.prompt_ids)} prompts, {len(pool.models)} "
+             f"models) at {server.url} (Ctrl-C stops)",
+             f"the organiser's page (every voter's figures; keep it to yourself): {server.organiser_url}"]
+    if server.invitations:
+        lines.append("invitation links, one per voter (each lets only that voter in):")
+        lines += [f"  {name}: {url}" for name, url in server.invitations.items()]
+    for line in lines:
+        err.print(escape(line), highlight=False, soft_wrap=True)
 
     serve_until_stopped(server)
+
+
+def voter_list(path: Path) -> tuple[str, ...]:
+    """Return the voter names of a file, one a line (blank lines and ``#`` comments skipped); ArenaError when none."""
+    from ..errors import ArenaError
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ArenaError(f"--voters {path}: cannot read it ({err}): give a UTF-8 text file, one name a line") from None
+    names = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    bad = next((n for n, name in enumerate(names) if len(name) > 80), None)
+    if not names or bad is not None or len(set(names)) < len(names):
+        where = f" (line of {names[bad][:20]!r}...: over 80 characters)" if bad is not None else ""
+        raise ArenaError(f"--voters {path}: give one name a line, each once, at most 80 characters{where}")
+    return tuple(names)
 
 
 def human_board(workspace: Path, json_out: bool, csv: Path | None, keep_flagged: bool) -> None:

@@ -3,7 +3,10 @@
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``,
 ``POST /v1/completions``. It lets a team share one local model, and it is the
 real server the tests drive the ``openai`` engine against. It binds to
-127.0.0.1 unless told otherwise, and can require a bearer token.
+127.0.0.1 unless told otherwise, and can require a bearer token (the CLI requires
+one beyond loopback). As every local server here (``httpd.Guard``): a Host that is
+not the address served is a 403 (DNS rebinding), a POST that is not JSON a 415 (a
+cross-site form or ``text/plain`` POST), and no answer grants CORS.
 
 ``stream: true`` answers as server-sent events, as OpenAI's API does (chunks, then a usage chunk
 when ``stream_options.include_usage`` asks, then ``[DONE]``); concurrent requests share the
@@ -28,7 +31,10 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
+from ..httpd import REFUSED_HOST, Guard, is_loopback
 from .base import CallFailed, Completion, Engine, Request, RequestTooLarge
+
+__all__ = ["STATS", "error_reply", "is_loopback", "make_app", "serve"]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -71,21 +77,30 @@ def _unsupported(body: dict[str, Any]) -> web.Response | None:
     return None
 
 
-def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None = None) -> web.Application:
+def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None = None,
+             host: str = "127.0.0.1", allow_hosts: Sequence[str] = ()) -> web.Application:
     """Return the aiohttp application that serves ``engine`` as the model ``name`` (or under each of several
     names, as vLLM's ``--served-model-name a b`` does; a reply names the model the request asked for).
 
-    ``api_key``: every /v1 request must carry ``Authorization: Bearer <api_key>`` (else 401). The counters
+    ``api_key``: every /v1 request must carry ``Authorization: Bearer <api_key>`` (else 401). ``host`` (the
+    address it will be bound to) and ``allow_hosts``: the Host names it answers besides loopback's. The counters
     that ``/health`` reports are ``app[STATS]`` (a fault injector, ``engines.faults``, adds its own there).
     """
     names = [name] if isinstance(name, str) else list(name)
     stats: dict[str, Any] = {"requests": 0, "errors": 0, "ok": 0, "faults": {}}
     expected = f"Bearer {api_key}".encode() if api_key else None
+    hosts = Guard.bound_to(host, allow_hosts)
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not hosts.host_ok(request.headers.get("Host")):
+            return error_reply(403, REFUSED_HOST, "permission_error")
+        if request.method not in ("GET", "HEAD", "POST"):
+            return error_reply(405, "this server takes GET and POST only (and grants no cross-origin use)")
+        if request.method == "POST" and request.content_type != "application/json":
+            return error_reply(415, "send JSON: Content-Type: application/json")
         if expected is not None and request.path.startswith("/v1/"):
-            got = request.headers.get("Authorization", "").encode()
+            got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(got, expected):
                 return error_reply(401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error")
         return await handler(request)
@@ -260,15 +275,3 @@ def _usage(out: Any) -> dict[str, int]:
 def serve(app: web.Application, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve ``app`` (``make_app``'s, with whatever middleware was installed on it) until interrupted."""
     web.run_app(app, host=host, port=port, print=lambda msg: print(msg, flush=True))
-
-
-def is_loopback(host: str) -> bool:
-    """Return whether binding ``host`` keeps the server on this machine."""
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

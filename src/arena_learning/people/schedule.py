@@ -115,31 +115,58 @@ class Pool:
 
 
 def next_item(pool: Pool, votes: Sequence[Vote], voter: str, options: ScheduleOptions,
-              rng: np.random.Generator) -> Item | None:
-    """Return what ``voter`` sees next given every vote so far (retracted ones left out); None when nothing is left."""
-    live = [v for v in votes if not v.retracted and v.set_name == pool.set_name]
+              rng: np.random.Generator, *, session: int | None = None, shown: Collection[str] = ()) -> Item | None:
+    """Return what ``voter`` sees next given every vote so far; None when nothing is left.
+
+    Retracted votes count for nothing but what the voter has seen: an undone item does not come back.
+    With ``session`` (the voter's session going on; the models of their votes in other sessions were
+    shown to them), an item never shows a prompt of ``shown`` (those shown in this session) nor an answer
+    whose model the voter knows, and a repeat re-shows only a pair of this session. Without, every vote
+    is of one session that has shown nothing.
+    """
+    everything = [v for v in votes if v.set_name == pool.set_name]
+    live = [v for v in everything if not v.retracted]
     mine = [v for v in live if v.voter == voter]
+    allowed = _allowed(pool, [v for v in everything if v.voter == voter], session, shown)
     kind = _control_due(len(mine), voter, options)
     if kind is not None:
-        item = _control(pool, mine, kind, rng)
+        item = _control(pool, [v for v in mine if session is None or v.session == session], kind, allowed, rng)
         if item is not None:
             return item
     seen = np.zeros(len(pool), dtype=bool)
-    for v in mine:
+    for v in everything:
         r = pool.row(v.prompt_id, v.model_a, v.model_b)
-        if r is not None:
+        if r is not None and v.voter == voter:
             seen[r] = True
-    if seen.all():
+    free = allowed & ~seen
+    if not free.any():
         return None
     weight = _weights(pool, [v for v in live if v.control is None]) if options.mode == "informative" \
         else np.ones(len(pool))
-    weight = np.where(seen, 0.0, weight)
+    weight = np.where(free, weight, 0.0)
     r = int(rng.choice(len(pool), p=weight / weight.sum())) if options.mode == "informative" and weight.sum() > 0 \
-        else int(rng.choice(np.flatnonzero(~seen)))
+        else int(rng.choice(np.flatnonzero(free)))
     a, b = pool.models[pool.i[r]], pool.models[pool.j[r]]
     if rng.random() < 0.5:
         a, b = b, a
     return Item(pool.set_name, pool.prompt_ids[pool.prompt[r]], a, b)
+
+
+def _allowed(pool: Pool, mine: Sequence[Vote], session: int | None, shown: Collection[str]) -> np.ndarray:
+    """Return bool (C,): the candidates that keep the voter blind (no prompt of ``shown``, no answer whose model
+    the voter saw named: both answers of every real pair they voted on in another session)."""
+    allowed = np.ones(len(pool), dtype=bool)
+    if session is None:
+        return allowed
+    known = {(v.prompt_id, m) for v in mine if v.session != session and v.control in (None, "repeat")
+             for m in (v.model_a, v.model_b)}
+    index = {m: k for k, m in enumerate(pool.models)}
+    row_prompt = np.asarray(pool.prompt_ids, dtype=object)[pool.prompt]
+    allowed &= ~np.isin(row_prompt, list(shown))
+    for pid, model in known:
+        if model in index:
+            allowed &= ~((row_prompt == pid) & ((pool.i == index[model]) | (pool.j == index[model])))
+    return allowed
 
 
 def _control_due(cast: int, voter: str, options: ScheduleOptions) -> ControlKind | None:
@@ -154,8 +181,10 @@ def _control_due(cast: int, voter: str, options: ScheduleOptions) -> ControlKind
     return options.control_kinds[number % len(options.control_kinds)]
 
 
-def _control(pool: Pool, mine: Sequence[Vote], kind: ControlKind, rng: np.random.Generator) -> Item | None:
-    """Return a control item of ``kind`` (a repeat: another kind when the voter has nothing to repeat)."""
+def _control(pool: Pool, mine: Sequence[Vote], kind: ControlKind, allowed: np.ndarray,
+             rng: np.random.Generator) -> Item | None:
+    """Return a control item of ``kind`` on an ``allowed`` candidate (a repeat: of one of ``mine``, or another
+    kind when there is nothing to repeat); None when no candidate is allowed."""
     if kind == "repeat":
         real = [v for v in mine if v.control is None]
         repeated = {(v.prompt_id, *sorted((v.model_a, v.model_b))) for v in mine if v.control == "repeat"}
@@ -164,7 +193,10 @@ def _control(pool: Pool, mine: Sequence[Vote], kind: ControlKind, rng: np.random
             v = fresh[int(rng.integers(len(fresh)))]
             return Item(v.set_name, v.prompt_id, v.model_b, v.model_a, "repeat")
         kind = "empty"
-    r = int(rng.integers(len(pool)))
+    rows = np.flatnonzero(allowed)
+    if not len(rows):
+        return None
+    r = int(rows[int(rng.integers(len(rows)))]) if len(rows) < len(pool) else int(rng.integers(len(pool)))
     pid, model = pool.prompt_ids[pool.prompt[r]], pool.models[pool.i[r]]
     if kind == "identical":
         return Item(pool.set_name, pid, model, model, "identical")

@@ -1,4 +1,8 @@
-"""Serve a workspace's report on 127.0.0.1 (``arena view``): built into a temporary folder, never the workspace."""
+"""Serve a workspace's report on 127.0.0.1 (``arena view``): built into a temporary folder, never the workspace.
+
+Read-only and under the shared guard (``httpd.Guard``): a Host other than loopback's is a 403 (a page that
+rebinds its DNS name to 127.0.0.1 reads nothing), a POST is a 415 unless JSON, then a 405.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +11,26 @@ import http.server
 import tempfile
 from pathlib import Path
 
-from ..httpd import ThreadedServer
+from ..httpd import Guard, GuardedHandler, ThreadedServer, listen
 from .html import INLINE_LIMIT, write_report
 
 HOST = "127.0.0.1"
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # `format` shadows the builtin: the base class's name
-        pass
+class _Files(GuardedHandler, http.server.SimpleHTTPRequestHandler):
+    guard = Guard.bound_to(HOST)
 
-    def end_headers(self) -> None:
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        super().end_headers()
+    def do_GET(self) -> None:
+        if not self.host_refused():
+            super().do_GET()
+
+    def do_HEAD(self) -> None:
+        if not self.host_refused():
+            super().do_HEAD()
+
+    def do_POST(self) -> None:
+        if not self.host_refused() and self.read_body(lambda: None) is not None:
+            self.refuse(405, "the report is read-only: GET its pages")
 
 
 class ReportServer(ThreadedServer):
@@ -34,13 +44,8 @@ class ReportServer(ThreadedServer):
         self._tmp = tempfile.TemporaryDirectory(prefix="arena-view-")
         try:
             self.page = write_report(workspace, Path(self._tmp.name) / "index.html", inline_limit=inline_limit)
+            self.httpd = listen(HOST, port, functools.partial(_Files, directory=self._tmp.name), _Files.guard)
         except BaseException:
-            self._tmp.cleanup()
-            raise
-        handler = functools.partial(_Quiet, directory=self._tmp.name)
-        try:
-            self.httpd = http.server.ThreadingHTTPServer((HOST, port), handler)
-        except OSError:
             self._tmp.cleanup()
             raise
         self.port = self.httpd.server_address[1]

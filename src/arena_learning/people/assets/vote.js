@@ -1,10 +1,13 @@
 "use strict";
 // The vote page. Every text from the server is set with textContent: an answer is shown, never run.
+// Who votes is the server's cookie (HttpOnly); the models of a session's votes come back when it ends.
 (() => {
   const $ = (id) => document.getElementById(id);
-  const token = new URLSearchParams(location.hash.slice(1)).get("token") || "";
-  const PENDING = "arena-vote-pending", VOTER = "arena-vote-voter", LAST = "arena-vote-last";
+  const params = new URLSearchParams(location.hash.slice(1));
+  const token = params.get("token") || "", organiser = params.get("organiser") || "";
+  const PENDING = "arena-vote-pending:" + location.port, LAST = "arena-vote-last:" + location.port;
   const KEYS = {"1": "a", "a": "a", "2": "b", "b": "b", "3": "tie", "t": "tie", "4": "both_bad", "x": "both_bad"};
+  const SAID = {a: "left", b: "right", tie: "tie", both_bad: "both bad"};
   let current = null;
   let retrying = false;
 
@@ -15,18 +18,14 @@
   const savePending = (list) => localStorage.setItem(PENDING, JSON.stringify(list));
   const voterName = () => $("voter").value.trim();
 
-  function newId() {
-    const bytes = new Uint8Array(16);
-    crypto.getRandomValues(bytes);
-    return Array.from(bytes, (x) => x.toString(16).padStart(2, "0")).join("");
-  }
-
   async function api(method, path, body) {
     const headers = {};
     if (token) headers["X-Arena-Token"] = token;
+    if (organiser) headers["X-Arena-Organiser"] = organiser;
     if (body) headers["Content-Type"] = "application/json";
     try {
-      const res = await fetch(path, {method, headers, body: body ? JSON.stringify(body) : undefined});
+      const res = await fetch(path, {method, headers, body: body ? JSON.stringify(body) : undefined,
+                                     credentials: "same-origin"});
       let data = {};
       try { data = await res.json(); } catch (e) { data = {error: "the server's answer is not JSON"}; }
       return {status: res.status, data};
@@ -74,26 +73,46 @@
     setState("ready");
   }
 
+  function reveal(rows) {
+    const body = $("revealed");
+    body.replaceChildren();
+    for (const r of rows) {
+      const tr = document.createElement("tr");
+      for (const text of [r.prompt, r.left || "(an empty answer)", r.right || "(an empty answer)", SAID[r.verdict]]) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      }
+      body.appendChild(tr);
+    }
+    $("reveal").hidden = false;
+    document.body.dataset.revealed = String(Number(document.body.dataset.revealed || 0) + 1);
+  }
+
   async function next() {
-    const voter = voterName();
-    if (!voter) {
+    setState("loading");
+    const {status, data} = await api("GET", "/api/next");
+    if (status === 401) {
       setState("need-name");
       setStatus("Give your name, then Start.");
       return;
     }
-    setState("loading");
-    const {status, data} = await api("GET", "/api/next?voter=" + encodeURIComponent(voter));
     if (status !== 200) {
       setStatus(data.error || `error ${status}`, "error");
       setState("error");
       return;
     }
-    if (data.done) {
+    if (data.item === undefined) {
       current = null;
       $("item").hidden = true;
       setCount(data.votes);
-      setStatus("Nothing left to vote on. Thank you!");
-      setState("done");
+      if (data.end_session) {
+        setStatus("This session has shown all it can: end it (e) to see the models and go on.");
+        setState("session-full");
+      } else {
+        setStatus("Nothing left to vote on. End the session (e) to see the models. Thank you!");
+        setState("done");
+      }
       return;
     }
     show(data);
@@ -104,16 +123,20 @@
     for (let list = pending(); list.length; list = pending()) {
       const entry = list[0];
       const res = await api("POST", "/api/vote", entry.body);
-      if (res.status === 200 || res.status === 400 || res.status === 403) {
-        savePending(pending().filter((x) => x.body.vote_id !== entry.body.vote_id));
+      if (res.status === 200 || (res.status >= 400 && res.status < 500)) {
+        savePending(pending().filter((x) => x.body.item !== entry.body.item));
         if (res.status !== 200) {
           setStatus(`Not stored: ${res.data.error}`, "error");
           continue;
         }
-        localStorage.setItem(LAST, JSON.stringify({vote_id: entry.body.vote_id, voter: entry.body.voter,
-                                                   shown: entry.shown}));
-        setStatus(`Stored. Left was ${res.data.left}, right was ${res.data.right}.`);
+        localStorage.setItem(LAST, JSON.stringify({vote_id: res.data.vote_id}));
         document.body.dataset.stored = String(Number(document.body.dataset.stored || 0) + 1);
+        if (res.data.reveal) {
+          setStatus("Stored. That ended your session: its models are below; a new session begins.");
+          reveal(res.data.reveal);
+        } else {
+          setStatus("Stored. The models are shown when your session ends (e).");
+        }
         continue;
       }
       setStatus(`${res.data.error || "The server does not answer"}. ${list.length} vote(s) wait in this page and ` +
@@ -133,7 +156,7 @@
   async function vote(verdict) {
     if (!current || document.body.dataset.state !== "ready") return;
     const seconds = (performance.now() - current.shownAt) / 1000;
-    const body = {item: current.data.item, verdict, voter: voterName(), vote_id: newId(), seconds};
+    const body = {item: current.data.item, verdict, seconds};
     savePending([...pending(), {body, shown: current.data}]);  // kept before it is sent: a reload sends it again
     current = null;
     setState("sending");
@@ -156,19 +179,28 @@
       setStatus("Nothing to undo.");
       return;
     }
-    const {status, data} = await api("POST", "/api/undo", {vote_id: last.vote_id, voter: last.voter});
+    const {status, data} = await api("POST", "/api/undo", {vote_id: last.vote_id});
     if (status !== 200) {
       setStatus(data.error || `error ${status}`, status === 503 ? "busy" : "error");
       return;
     }
     localStorage.removeItem(LAST);
-    if (!data.undone) {
-      setStatus("Nothing to undo (already undone).");
+    setStatus(data.undone ? "Undone: your last vote is taken back (its item does not come back)."
+                          : "Nothing to undo (already undone).");
+    refreshSummary();
+  }
+
+  async function endSession() {
+    if (pending().length && !(await flush())) return;
+    const {status, data} = await api("POST", "/api/end", {});
+    if (status !== 200) {
+      setStatus(data.error || `error ${status}`, status === 503 ? "busy" : "error");
       return;
     }
-    setStatus("Undone. Vote on it again.");
-    show({...last.shown, votes: Math.max(0, Number($("count").dataset.count) - 1)});
-    refreshSummary();
+    reveal(data.reveal);
+    setStatus(data.reveal.length ? "Session ended: its models are below; a new session begins."
+                                 : "Session ended (no votes in it); a new session begins.");
+    await next();
   }
 
   async function refreshSummary() {
@@ -190,18 +222,44 @@
     }
   }
 
+  async function started(res) {
+    if (res.status !== 200) {
+      setStatus(res.data.error || `error ${res.status}`, res.status === 503 ? "busy" : "error");
+      setState("need-name");
+      return;
+    }
+    $("voter").value = res.data.voter;
+    $("voter").blur();  // the keys vote from here on
+    setStatus("");
+    await flush();
+    await next();
+  }
+
   async function start() {
     const voter = voterName();
     if (!voter) {
       setStatus("Give your name first.", "error");
       return;
     }
-    sessionStorage.setItem(VOTER, voter);
-    localStorage.setItem(VOTER, voter);
-    $("voter").blur();  // the keys vote from here on
-    setStatus("");
-    await flush();
-    await next();
+    await started(await api("POST", "/api/session", {voter}));
+  }
+
+  async function resume() {
+    const invite = params.get("invite");
+    if (invite) {
+      const res = await api("POST", "/api/session", {invite});
+      params.delete("invite");  // used: the address bar keeps no invitation
+      history.replaceState(null, "", location.pathname + (params.toString() ? "#" + params.toString() : ""));
+      await started(res);
+      return;
+    }
+    const res = await api("GET", "/api/session");
+    if (res.status === 200 && !res.data.voter) {
+      setState("need-name");
+      setStatus("Give your name, then Start.");
+      return;
+    }
+    await started(res);
   }
 
   document.addEventListener("keydown", (event) => {
@@ -214,17 +272,17 @@
     if (KEYS[key]) vote(KEYS[key]);
     else if (key === "s" && document.body.dataset.state === "ready") next();
     else if (key === "u") undo();
+    else if (key === "e") endSession();
   });
   for (const id of ["vote-a", "vote-b", "vote-tie", "vote-bad"]) {
     $(id).addEventListener("click", () => vote($(id).dataset.verdict));
   }
   $("skip").addEventListener("click", () => next());
   $("undo").addEventListener("click", () => undo());
+  $("end").addEventListener("click", () => endSession());
   $("start").addEventListener("click", () => start());
   $("summary").addEventListener("toggle", () => refreshSummary());
 
-  $("voter").value = sessionStorage.getItem(VOTER) || localStorage.getItem(VOTER) || "";
   document.documentElement.dataset.ready = "1";
-  if (voterName()) start();
-  else next();
+  resume();
 })();
