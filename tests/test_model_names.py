@@ -16,6 +16,7 @@ from arena_learning.config import ModelSpec
 from arena_learning.engines import build_engine, registry
 from arena_learning.engines.base import Request
 from arena_learning.engines.bundled import BUNDLED_NAME, resolve_model_path
+from arena_learning.engines.calls import request_key
 from arena_learning.engines.model_names import HubName, OllamaName, describe, locate, parse
 from arena_learning.errors import EngineError
 from arena_learning.extras import MissingExtra
@@ -142,6 +143,15 @@ def test_each_form_of_a_name_reads_as_its_source(tmp_path, monkeypatch):
     assert parse("qwen2.5-coder:1.5b") == Path("qwen2.5-coder:1.5b")
 
 
+def answer(model: str) -> tuple[str, str]:
+    """Return the llamacpp engine's answer to one prompt for ``model`` and the call's ledger key."""
+    engine = build_engine(ModelSpec(name="m", engine="llamacpp", model=model, mode="completion", n_threads=2,
+                                    parallel=1, params={"max_tokens": 6, "stop": ["\n"]}))
+    ask = Request(messages=[{"role": "user", "content": "What is 2 + 2?"}])
+    assert engine.model_id == "gemma3-270m-q4_k_m.gguf@sha256:a5fd3b62230aa5ec"
+    return engine.complete_sync(ask).text, request_key(engine, ask)
+
+
 @pytest.mark.slow  # answers with the bundled model through llama.cpp
 def test_a_model_named_by_its_hub_repo_and_file_answers_offline_as_the_registered_file(offline_hub, gemma):
     lay_out_hub_repo(offline_hub, PUBLISHED.repo, {PUBLISHED.file: gemma})
@@ -150,15 +160,8 @@ def test_a_model_named_by_its_hub_repo_and_file_answers_offline_as_the_registere
     # the registry's bytes: shown under the registry's file name, so the ledger keys are the registered file's
     assert by_file == by_quant and by_file.name == BUNDLED_NAME and os.path.samefile(by_file, gemma)
 
-    def answer(model: str) -> tuple[str, str]:
-        engine = build_engine(ModelSpec(name="m", engine="llamacpp", model=model, mode="completion", n_threads=2,
-                                        parallel=1, params={"max_tokens": 6, "stop": ["\n"]}))
-        got = engine.complete_sync(Request(messages=[{"role": "user", "content": "What is 2 + 2?"}]))
-        return got.text, engine.model_id
-
-    text, model_id = answer(f"{PUBLISHED.repo}:Q4_K_M")
-    assert text.strip() and (text, model_id) == answer("bundled")
-    assert model_id == "gemma3-270m-q4_k_m.gguf@sha256:a5fd3b62230aa5ec"
+    text, key = answer(f"{PUBLISHED.repo}:Q4_K_M")
+    assert text.strip() and (text, key) == answer("bundled")  # the same answer, under the same ledger key
 
 
 @pytest.mark.slow  # answers with the bundled model through llama.cpp
@@ -169,11 +172,8 @@ def test_a_model_named_by_its_ollama_tag_answers_from_the_store_without_ollama(o
     paths = {resolve_model_path(n) for n in names}
     assert len(paths) == 1 and next(iter(paths)).resolve() == (ollama_store / "blobs" / f"sha256-{GEMMA.sha256}"
                                                                ).resolve()
-    engine = build_engine(ModelSpec(name="m", engine="llamacpp", model="gemma3:270m-q4", mode="completion",
-                                    n_threads=2, parallel=1, params={"max_tokens": 6, "stop": ["\n"]}))
-    got = engine.complete_sync(Request(messages=[{"role": "user", "content": "What is 2 + 2?"}]))
-    assert got.text.strip() and got.tokens_out >= 1
-    assert engine.model_id == "gemma3-270m-q4_k_m.gguf@sha256:a5fd3b62230aa5ec"  # the registered file's ledger keys
+    text, key = answer("gemma3:270m-q4")
+    assert text.strip() and (text, key) == answer("bundled")  # the registered file's answer and ledger key
 
 
 def test_a_tag_that_is_no_registered_model_is_its_blob_under_the_tags_name(ollama_store, tmp_path):
