@@ -313,3 +313,12 @@ def test_locate_never_downloads_when_told_not_to(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # online, but asked for the cache alone
     with pytest.raises(EngineError, match=r"not in the Hugging Face cache"):
         locate("org/never-downloaded", folder=True, download=False)
+
+
+def test_a_revision_key_on_a_local_model_is_an_error_that_says_where_the_revision_goes():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"model 'm': revision labels an endpoint's weights.*model: "
+                                              r"ORG/NAME@REVISION/FILE\.gguf"):
+        ModelSpec(name="m", engine="llamacpp", model="org/m-GGUF:Q4_K_M", revision="v1")
+    assert ModelSpec(name="m", engine="openai", model="org/m", base_url="http://127.0.0.1:1/v1", revision="v1")

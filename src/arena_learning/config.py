@@ -301,7 +301,8 @@ class ModelSpec(Section):
                                     "(anthropic: default ANTHROPIC_API_KEY)")
     revision: str | None = Field(
         None, description="the served weights' version (e.g. a checkpoint hash); it enters the ledger key, so "
-        "changing it asks the endpoint again instead of reusing answers of the old weights"
+        "changing it asks the endpoint again instead of reusing answers of the old weights (llamacpp and "
+        "transformers know a model by its content: a hub revision goes in model:, ORG/NAME@REVISION/...)"
     )
     concurrency: int = Field(16, ge=1, description="requests in flight per endpoint")
     timeout_s: float = Field(120.0, gt=0, description="openai, anthropic: seconds before a request is abandoned and "
@@ -389,6 +390,11 @@ class ModelSpec(Section):
         for url in self.base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"model {self.name!r}: base_url {url!r} must start with http:// or https://")
+        if self.revision is not None and self.engine_kind.weights is not None:
+            raise ValueError(f"model {self.name!r}: revision labels an endpoint's weights, and engine {self.engine!r} "
+                             f"knows a model by its content; to pin a Hugging Face revision put it in the name "
+                             f"(model: ORG/NAME@REVISION/FILE.gguf, or ORG/NAME@REVISION for a folder) and remove "
+                             f"revision")
         if self.vote is not None and not self.engine_kind.makes_calls:
             raise ValueError(f"model {self.name!r}: vote samples the model k times, and engine {self.engine!r} "
                              f"has no model to ask (its answers are imported); remove vote")
