@@ -128,7 +128,26 @@ def _requirements(figures: Sequence[Figure], link: str) -> str:
             f"machine and command]({link}#current-figures)).\n")
 
 
+def _install_extras(figures: Sequence[Figure], link: str) -> str:
+    """The install page's table of extras: each one's job and what it brings (``arena_learning.extras``, the one
+    place that says so) and what it adds to the core on disk (``bench_install.py``'s records)."""
+    from arena_learning.extras import EXTRAS
+
+    latest = {f.figure: f for f in figures}
+    lines = ["| job | extra | what it brings | size on the core |", "|---|---|---|---|"]
+    for name, extra in EXTRAS.items():
+        size = latest.get(f"install.extra_{name}_mb")
+        cell = f"{size.value:,.0f} MB" if size is not None else "-"
+        lines.append(f"| {extra.job} | `{name}` | {', '.join(extra.dists)} | {cell} |")
+    core = latest.get("install.core_mb")
+    whole = f"The core itself: {core.value:,.0f} MB in a fresh virtual environment. " if core is not None else ""
+    return ("\n".join(lines) + "\n\n"
+            f"`all` is every extra but `vllm`. {whole}Sizes: [the results page]({link}#current-figures) "
+            "(`install.*`).\n")
+
+
 BLOCKS: dict[str, Callable[[Sequence[Figure], str], str]] = {
+    "install-extras": _install_extras,
     "arena-quickstart": lambda figures, link: _table(ARENA, figures, link),
     "flywheel-quickstart": lambda figures, link: _table(FLYWHEEL, figures, link),
     "requirements": _requirements,

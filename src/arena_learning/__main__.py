@@ -2,6 +2,7 @@
 the CLI."""
 
 import gc
+import sys
 
 
 def main() -> None:
@@ -17,6 +18,11 @@ def main() -> None:
     from .cpu_isa import pin_cpu_isa
 
     pin_cpu_isa()
+    from .cli.listing import print_listing, wants_listing
+
+    if wants_listing(sys.argv[1:]):  # `arena`, `arena --help`: the commands listed without importing them
+        print_listing(sys.argv[1:])
+        return
     from .cli import app
 
     gc.freeze()  # what the imports made (modules, classes) lives as long as the process: never walked again

@@ -1,9 +1,17 @@
-"""The command line: every Typer command, error reporting and printing. Nothing below imports it."""
+"""The command line: every Typer command, error reporting and printing. Nothing below imports it.
 
-from ..progress import show_with
-from .consoles import progress_bars
-from .main import app
+``app`` is imported on first use, so that ``arena --help`` (``cli.listing``) imports none of the commands."""
 
-show_with(progress_bars)  # the stages' progress (arena_learning.progress) is drawn as rich bars on stderr
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["app"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from .main import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

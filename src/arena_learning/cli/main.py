@@ -21,10 +21,11 @@ from ..engines.spend import spend_summary
 from ..errors import ArenaError
 from ..extras import require_for
 from ..flywheel_state import Allocation
+from ..progress import show_with
 from ..records import Rating
 from ..scale import scaled
 from ..store import Store
-from .consoles import print_manifest_line, stderr_console, stdout_console, write_csv_manifest
+from .consoles import print_manifest_line, progress_bars, stderr_console, stdout_console, write_csv_manifest
 from .errors import user_errors, write_report_or_warn
 from .options import LeaderboardOptions, ray_overrides
 from .tables import print_leaderboard, spend_table
@@ -687,7 +688,7 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="print the repo
         table.add_column("what", no_wrap=True)
         table.add_column("value", overflow="fold")
         for name, value in rows:
-            table.add_row(name, str(value))
+            table.add_row(escape(name), escape(str(value)))
         console.print(table)
     if report["smoke_generation"]["ok"] is False:
         raise typer.Exit(2)
@@ -715,6 +716,7 @@ def _register_extensions() -> None:
 
 
 _register_extensions()
+show_with(progress_bars)  # the stages' progress (arena_learning.progress) is drawn as rich bars on stderr
 
 
 def main() -> None:  # pragma: no cover
