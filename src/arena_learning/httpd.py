@@ -122,6 +122,7 @@ def _host_name(value: str) -> str:
 ERRORS = {400: "a malformed request: send a well-formed HTTP/1.1 request", 404: "no such page",
           414: "the request line is too long", 431: "the headers are too long or too many",
           501: "this server takes GET and POST only", 505: "send HTTP/1.1"}
+LINGER_BYTES = 1 << 17
 REFUSED_HOST = ("this server answers only by the address it was started on (a Host header names another, as a "
                 "page of another site would): open the address it printed, or start it with --allow-host NAME")
 
@@ -135,6 +136,7 @@ class GuardedHandler(http.server.BaseHTTPRequestHandler):
     always: ClassVar[tuple[tuple[str, str], ...]] = (
         ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "no-referrer"), ("Cache-Control", "no-store"))
     _answered = False
+    _body_read = False
 
     def setup(self) -> None:
         super().setup()
@@ -153,7 +155,7 @@ class GuardedHandler(http.server.BaseHTTPRequestHandler):
         super().end_headers()
 
     def handle_one_request(self) -> None:
-        self._answered = False
+        self._answered = self._body_read = False
         try:
             super().handle_one_request()
         except (ConnectionError, TimeoutError):
@@ -184,9 +186,31 @@ class GuardedHandler(http.server.BaseHTTPRequestHandler):
         """Answer ``status`` with ``message`` and close the connection (whatever body was sent stays unread)."""
         self.close_connection = True
         self.send_json(status, {"error": message})
+        headers = getattr(self, "headers", None)
+        if headers is not None and not self._body_read and ("Content-Length" in headers or
+                                                            "Transfer-Encoding" in headers):
+            self._linger()
+
+    def _linger(self) -> None:
+        """Let the answer reach the client before closing: a socket closed with unread bytes sends a reset that
+        can destroy an answer still in flight, so say we are done, then drain a little of the body, briefly."""
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(1.0)
+            drained = 0
+            while drained < LINGER_BYTES:
+                chunk = self.connection.recv(16_384)
+                if not chunk:
+                    break
+                drained += len(chunk)
+        except OSError:
+            pass
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Answer the base class's errors (a malformed request, a file not found) as JSON that echoes nothing."""
+        if self.request_version == "HTTP/0.9":  # a request line it could not read: answer in HTTP/1.x all the same
+            self.request_version = "HTTP/1.0"
         self.refuse(code, ERRORS.get(code, HTTPStatus(code).phrase.lower()))
 
     def host_refused(self) -> bool:
@@ -221,6 +245,7 @@ class GuardedHandler(http.server.BaseHTTPRequestHandler):
             self.refuse(403, refused)
             return None
         body = self.rfile.read(int(raw))
+        self._body_read = True
         if len(body) < int(raw):  # the client closed early
             self.close_connection = True
             return None
@@ -245,6 +270,7 @@ class GuardedHTTPServer(http.server.ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: Callable[..., GuardedHandler], max_handlers: int):
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.max_handlers = max_handlers
         self._slots = threading.BoundedSemaphore(max_handlers)
         super().__init__(address, handler)
 
