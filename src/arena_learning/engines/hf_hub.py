@@ -54,7 +54,8 @@ def _failed(name: HubName, what: str, err: Exception) -> EngineError:
 
     where = f"{name.repo} at revision {name.revision or 'main'}"
     if isinstance(err, LocalEntryNotFoundError):
-        why = "offline (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else "the hub could not be reached"
+        why = ("offline (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else
+               "the hub could not be reached (on a machine without network, HF_HUB_OFFLINE=1 reads the cache at once)")
         fix = (f"download it where the hub can be reached (`hf download {name.repo}"
                f"{' ' + name.file if name.file else ''}{' --revision ' + name.revision if name.revision else ''}`) "
                f"into this cache, or give the model's path")
