@@ -139,8 +139,8 @@ def _checked_against_registry(path: Path, repo: str, file: str) -> Path:
         raise EngineError(
             f"{repo}/{file} in the Hugging Face cache ({path}) has the size of registered model {expected.name!r} "
             f"but sha256 {file_digest(path)}, not the registry's {expected.sha256}: the file changed on the hub or "
-            f"the download is damaged; download it again (`hf download {repo} {file} --force-download`), pin the "
-            f"revision the registry lists ({expected.published[0].name}), or give the file by its path"
+            f"the download is damaged; download it again (`hf download {repo} {file} --force-download`), or give "
+            f"the file by its path (then it is a model of its own, not {expected.name!r})"
         )
     return _registered_or(path, path.name)
 
