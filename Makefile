@@ -69,7 +69,7 @@ BENCH_SCRIPTS := \
 	benchmarks/bench_openai_engine.py benchmarks/bench_ratings.py benchmarks/bench_ray.py benchmarks/bench_schedule.py \
 	benchmarks/bench_votes.py "benchmarks/bench_report.py --runs 3" benchmarks/reliability.py \
 	"benchmarks/bench_judge_truth.py --quick" "benchmarks/bench_llamacpp_engine.py --batches 8,1" benchmarks/bench_curate.py \
-	benchmarks/bench_gguf_export.py
+	benchmarks/bench_gguf_export.py benchmarks/bench_install.py
 # every script runs, whatever the one before it gave; the ones that missed their goal are named at the end (exit 1)
 bench: $(STAMP)
 	@missed=""; for script in $(BENCH_SCRIPTS); do \

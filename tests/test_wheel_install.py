@@ -119,7 +119,7 @@ def test_a_command_that_needs_an_extra_says_which_in_one_line(core, tmp_path, ar
     assert ran.returncode == 2, ran.stdout + ran.stderr
     lines = [line for line in ran.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in ran.stderr, ran.stderr
-    assert f"pip install 'arena-learning[" in lines[0] and f"'{extra}'" in lines[0], lines[0]
+    assert "pip install 'arena-learning[" in lines[0] and f"'{extra}'" in lines[0], lines[0]
     assert not (tmp_path / "workspaces").exists()  # stopped before any work
 
 
