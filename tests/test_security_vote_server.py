@@ -107,6 +107,9 @@ def test_an_invitation_lets_its_voter_in_and_nobody_else(tmp_path):
         code = server.invitations["ann"].split("invite=")[1]
         assert ann.post("/api/session", json={"invite": code}).json()["voter"] == "ann"
         assert ann.get("/api/session").json()["voter"] == "ann"  # the browser keeps it
+        with httpx.Client(base_url=server.url) as second:  # the same link in a second browser: both stay in
+            assert second.post("/api/session", json={"invite": code}).json()["voter"] == "ann"
+            assert second.get("/api/next").status_code == ann.get("/api/next").status_code == 200
         assert eve.post("/api/session", json={"voter": "eve"}).status_code == 403  # by invitation only
         assert eve.post("/api/session", json={"voter": "ann"}).status_code == 403
         assert eve.post("/api/session", json={"invite": code[:-2] + "xx"}).status_code == 403
@@ -284,3 +287,17 @@ def test_a_bad_voter_name_is_a_400_that_says_what_to_give(tmp_path, name):
     with serve(tmp_path) as server:
         status, _, body = request(server.port, "POST", "/api/session", [JSON], json.dumps({"voter": name}).encode())
         assert status == 400 and b"1 to 80 characters" in body
+
+
+def test_a_bad_voter_list_or_a_short_token_stops_arena_vote_before_it_listens(tmp_path):
+    from typer.testing import CliRunner
+
+    from arena_learning.cli import app
+
+    build_workspace(tmp_path / "ws", 4)
+    (tmp_path / "twice.txt").write_text("ann\n# the team\nann\n", encoding="utf-8")
+    runner = CliRunner()
+    twice = runner.invoke(app, ["vote", str(tmp_path / "ws"), "--voters", str(tmp_path / "twice.txt")])
+    assert twice.exit_code == 2 and "one name a line, each once" in twice.output
+    short = runner.invoke(app, ["vote", str(tmp_path / "ws"), "--token", "s3cret"])
+    assert short.exit_code == 2 and "at least 22 characters" in short.output

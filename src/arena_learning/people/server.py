@@ -219,9 +219,9 @@ class VoteApp:
             raise NotStarted(START)
         return Voter(name, bound[1])
 
-    def _cookie(self, name: str) -> tuple[str, str]:
-        """Return a new secret's digest and the cookie value that holds it with ``name``."""
-        secret = secrets.token_urlsafe(32)
+    def _cookie(self, name: str, secret: str | None = None) -> tuple[str, str]:
+        """Return the digest of ``secret`` (a new one when None) and the cookie value that holds it with ``name``."""
+        secret = secret or secrets.token_urlsafe(32)
         return _digest(secret), self._fernet.encrypt(json.dumps({"v": name, "k": secret}).encode()).decode()
 
     # ---- the store ----
@@ -251,7 +251,7 @@ class VoteApp:
                             and hmac.compare_digest(code.encode(), invite.encode("utf-8", "surrogateescape"))), None)
             if invited is None:
                 raise Forbidden("this invitation link is not one of this vote's: ask the organiser for yours")
-            digest, value = self._cookie(invited)
+            digest, value = self._cookie(invited, self._code("secret", invited))  # the link's every browser alike
             self._write(lambda store: store.bind_voter(invited, digest, replace=True))
             return self.whoami(invited), value
         name = _voter(body.get("voter"))
