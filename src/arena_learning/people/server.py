@@ -34,6 +34,8 @@ from urllib.parse import urlencode, urlsplit
 
 import numpy as np
 from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ..errors import ArenaError
 from ..httpd import Guard, GuardedHandler, ThreadedServer, check_token, is_loopback, listen, new_token, same_secret
@@ -164,7 +166,8 @@ class VoteApp:
         self.pool: Pool = vote_pool(self.root, settings.set_name)
         self.key = workspace_key(self.root)
         self._fernet = Fernet(self.key)
-        self._mac = hashlib.sha256(b"arena-vote-names\0" + self.key).digest()
+        self._mac = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                         info=b"arena vote: voter tags, invitations").derive(self.key)
         self._rng = np.random.default_rng(settings.schedule.seed)
         self._lock = threading.Lock()
         self._shown: dict[Voter, set[str]] = {}  # prompts shown in a session (those voted on are in the store)
@@ -189,11 +192,11 @@ class VoteApp:
         text = self._item_text(payload)
         return self._fernet.encrypt(text.ljust(self._item_chars).encode()).decode()
 
-    def _open(self, token: object, error: VoteError) -> dict[str, Any]:
+    def _open(self, token: object, error: VoteError, ttl: int | None = None) -> dict[str, Any]:
         if not isinstance(token, str) or len(token) > 4096:
             raise error
         try:
-            payload = json.loads(self._fernet.decrypt(token.encode("utf-8", "surrogateescape")))
+            payload = json.loads(self._fernet.decrypt(token.encode("utf-8", "surrogateescape"), ttl=ttl))
         except (InvalidToken, ValueError, TypeError):
             raise error from None
         if not isinstance(payload, dict):
@@ -209,7 +212,7 @@ class VoteApp:
 
     def identify(self, cookie: str | None) -> Voter:
         """Return the voter whose cookie this is; NotStarted when it is none (or their name was bound anew)."""
-        data = self._open(cookie, NotStarted(START))
+        data = self._open(cookie, NotStarted(START), ttl=COOKIE_DAYS * 86400)
         name, secret = data.get("v"), data.get("k")
         if not isinstance(name, str) or not isinstance(secret, str):
             raise NotStarted(START)
