@@ -97,6 +97,32 @@ def test_two_voters_vote_by_key_and_click_through_a_restart_a_reload_and_an_undo
     assert {v.voter for v in votes} == {"ann", "bob"} and all(v.seconds >= 0 for v in votes)
 
 
+def test_an_invitation_link_lets_its_voter_in_and_the_organisers_page_shows_every_voter(tmp_path, browser):  # noqa: F811
+    build_workspace(tmp_path)
+    settings = VoteSettings(voters=("ann", "bob"), schedule=ScheduleOptions(control_share=0))
+    with VoteServer(tmp_path, settings).start() as server:
+        ann, organiser = Page(browser), Page(browser)
+        try:
+            page = ann.open(server.invitations["ann"])
+            page.wait_for_selector("body[data-state='ready']")
+            assert page.input_value("#voter") == "ann" and "invite" not in page.url  # the link is used, not kept
+            page.keyboard.press("1")
+            page.wait_for_selector("body[data-stored='1'][data-state='ready']")
+            page.click("#summary summary")
+            page.wait_for_selector("#voters tr")
+            board = organiser.open(server.organiser_url)
+            board.wait_for_selector("body[data-state='need-name']")  # the organiser votes as nobody
+            board.click("#summary summary")
+            board.wait_for_selector("#voters tr")
+            assert board.text_content("#voters").startswith("ann1")
+            assert ann.errors == [] and organiser.errors == []
+        finally:
+            ann.close()
+            organiser.close()
+    with Store(tmp_path, readonly=True) as store:
+        assert [v.voter for v in store.get_votes()] == ["ann"]
+
+
 def test_hostile_answers_stay_text_without_the_csp(tmp_path, browser):  # noqa: F811
     build_workspace(tmp_path, hostile_every=1)  # every answer's first turn is hostile markup
     with VoteServer(tmp_path, VoteSettings(schedule=ScheduleOptions(control_share=0))).start() as server:
