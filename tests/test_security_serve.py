@@ -5,13 +5,18 @@ refuses to serve beyond loopback without an API key of 128 bits unless told, bef
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from arena_learning.config import ModelSpec
+from arena_learning.engines.base import Completion, Request
 from arena_learning.engines.server import make_app
 
 from .conftest import ARENA, ThreadServer
@@ -72,3 +77,36 @@ def test_serve_refuses_to_listen_beyond_loopback_without_a_strong_key_unless_tol
     assert told.returncode == 2 and "without an API key" in told.stderr and "no-such.yaml" in told.stderr
     local = _serve(tmp_path, "--api-key-env", "ARENA_TEST_WEAK_KEY", env={"ARENA_TEST_WEAK_KEY": "short"})
     assert local.returncode == 2 and "22 characters" not in local.stderr  # on loopback any key will do
+
+
+class HeldModel(InstantModel):
+    """Answers once ``release`` is set: requests stay in flight as long as the test wants."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__(spec)
+        self.release = threading.Event()
+
+    async def complete(self, request: Request) -> Completion:
+        await asyncio.to_thread(self.release.wait, 60)
+        return await super().complete(request)
+
+
+def test_requests_past_the_cap_are_told_to_retry_and_the_others_are_answered():
+    model = HeldModel(ModelSpec(name="m", engine="imported"))
+    srv = ThreadServer(make_app("m", model, max_in_flight=2))
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            held = [pool.submit(request, srv.port, "POST", "/v1/chat/completions", [JSON], CHAT) for _ in range(2)]
+            for _ in range(400):  # until both are with the model (event order, not a time window)
+                if health(srv.port)["requests"] == 2:
+                    break
+                time.sleep(0.05)
+            status, headers, _ = request(srv.port, "POST", "/v1/chat/completions", [JSON], CHAT)
+            assert status == 503 and headers["retry-after"] == "1"
+            model.release.set()
+            assert [f.result()[0] for f in held] == [200, 200]
+        assert request(srv.port, "POST", "/v1/chat/completions", [JSON], CHAT)[0] == 200
+        assert health(srv.port)["ok"] == 3
+    finally:
+        model.release.set()
+        srv.close()

@@ -78,18 +78,20 @@ def _unsupported(body: dict[str, Any]) -> web.Response | None:
 
 
 def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None = None,
-             host: str = "127.0.0.1", allow_hosts: Sequence[str] = ()) -> web.Application:
+             host: str = "127.0.0.1", allow_hosts: Sequence[str] = (), max_in_flight: int = 256) -> web.Application:
     """Return the aiohttp application that serves ``engine`` as the model ``name`` (or under each of several
     names, as vLLM's ``--served-model-name a b`` does; a reply names the model the request asked for).
 
     ``api_key``: every /v1 request must carry ``Authorization: Bearer <api_key>`` (else 401). ``host`` (the
-    address it will be bound to) and ``allow_hosts``: the Host names it answers besides loopback's. The counters
+    address it will be bound to) and ``allow_hosts``: the Host names it answers besides loopback's. A /v1 request
+    beyond ``max_in_flight`` at once is a 503 with Retry-After (the engine queues those it takes). The counters
     that ``/health`` reports are ``app[STATS]`` (a fault injector, ``engines.faults``, adds its own there).
     """
     names = [name] if isinstance(name, str) else list(name)
     stats: dict[str, Any] = {"requests": 0, "errors": 0, "ok": 0, "faults": {}}
     expected = f"Bearer {api_key}".encode() if api_key else None
     hosts = Guard.bound_to(host, allow_hosts)
+    in_flight = [0]
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -103,7 +105,17 @@ def make_app(name: str | Sequence[str], engine: Engine, *, api_key: str | None =
             got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(got, expected):
                 return error_reply(401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error")
-        return await handler(request)
+        if not request.path.startswith("/v1/"):
+            return await handler(request)
+        if in_flight[0] >= max_in_flight:
+            busy = error_reply(503, f"more than {max_in_flight} requests at once: try again", "server_error")
+            busy.headers["Retry-After"] = "1"
+            return busy
+        in_flight[0] += 1
+        try:
+            return await handler(request)
+        finally:
+            in_flight[0] -= 1
 
     async def models(_: web.Request) -> web.Response:
         return web.json_response(
@@ -274,4 +286,5 @@ def _usage(out: Any) -> dict[str, int]:
 
 def serve(app: web.Application, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve ``app`` (``make_app``'s, with whatever middleware was installed on it) until interrupted."""
-    web.run_app(app, host=host, port=port, print=lambda msg: print(msg, flush=True))
+    # an idle connection is closed after 75 s (aiohttp's default keeps one an hour)
+    web.run_app(app, host=host, port=port, keepalive_timeout=75, print=lambda msg: print(msg, flush=True))
