@@ -163,6 +163,10 @@ def test_a_real_arena_over_endpoints_runs_on_the_core_to_a_board_and_a_report(co
         board = subprocess.run([arena, "leaderboard", str(ws), "--json"], capture_output=True, text=True,
                                env=core_env, timeout=300, check=True)
         assert {r["model"] for r in json.loads(board.stdout)} == {"mine-v1", "mine-v2"}
+        manifest = subprocess.run([arena, "leaderboard", str(ws), "--manifest"], capture_output=True, text=True,
+                                  env=core_env, timeout=300, check=True)
+        kernels = json.loads(manifest.stdout)["cpu_kernels"]  # what the command that ran it pinned, said once
+        assert kernels.startswith("AVX2 pinned") or "not x86-64" in kernels, kernels
         report = subprocess.run([arena, "report", str(ws)], capture_output=True, text=True, env=core_env,
                                 timeout=300)
         assert report.returncode == 0, report.stdout + report.stderr

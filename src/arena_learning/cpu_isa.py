@@ -8,11 +8,12 @@ tables part after a round or two (issue 36: two fresh clones of one commit parte
 ``pin_cpu_isa`` sets each library's own switch to AVX2, which every x86-64 machine this project builds llama.cpp
 for has (``engines/llama_build.py`` builds for AVX2 too): ATen's ``ATEN_CPU_CAPABILITY``, MKL's ``MKL_CBWR``
 (conditional numerical reproducibility: MKL's promise of the same bits on any CPU with the named instructions)
-and oneDNN's ``ONEDNN_MAX_CPU_ISA``. Each is read when its library first computes, so the pin runs when this
-package is imported, before torch ever computes. A variable the user set is left as set; ``ARENA_CPU_ISA=native``
-leaves all of them alone (each machine's fastest kernels, its own tables). What the pin changes and costs is
-measured on the results page (``docs/results.md``). Other CPU architectures (ARM) have no such switches and are
-left alone.
+and oneDNN's ``ONEDNN_MAX_CPU_ISA``. Each is read when its library first computes, so the ``arena`` command pins
+them when it starts, before torch ever computes, for itself and the processes it starts; importing the package
+changes nothing (a script of a user's calls ``pin_cpu_isa`` itself). A variable the user set is left as set;
+``ARENA_CPU_ISA=native`` leaves all of them alone (each machine's fastest kernels, its own tables). What the pin
+changes and costs is measured on the results page (``docs/results.md``). Other CPU architectures (ARM) have no such
+switches and are left alone.
 """
 
 from __future__ import annotations
@@ -46,4 +47,6 @@ def describe() -> str:
     pinned = {k: os.environ.get(k) for k in PINNED}
     if os.environ.get(OPT_OUT, "").lower() == "native":
         return f"native (ARENA_CPU_ISA=native: this CPU's fastest kernels, tables per machine); {pinned}"
+    if not any(pinned.values()):
+        return "each library's own (no pin in force: not x86-64, or not started by the arena command)"
     return "AVX2 pinned: " + ", ".join(f"{k}={v}" for k, v in pinned.items())

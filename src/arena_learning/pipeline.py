@@ -58,9 +58,13 @@ def workspace_for(cfg: Named, override: str | Path | None = None) -> Path:
 
 def save_config(cfg: BaseModel, store: Store, key: str = "config", file_name: str = "config.resolved.yaml") -> None:
     """Save the resolved config beside the results: YAML for people (``file_name``), JSON in the store (``key``)."""
+    from .cpu_isa import describe
+
     data = cfg.model_dump(mode="json")
     (store.root / file_name).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     store.set_meta(key, data)
+    # the CPU kernels the process that runs the config computes with (cpu_isa): the manifest says them
+    store.set_meta("cpu_kernels", describe())
 
 
 def load_saved_config(store: Store) -> RunConfig:
@@ -442,7 +446,8 @@ def workspace_manifest(path: str | Path, judge: str | None = None) -> dict | Non
             cfg = load_saved_config(store)
             if judge is None or judge == cfg.judge.name:
                 reports = [r.as_dict() for r in stored_reports(store, cfg.judge.name)]
-                return board_manifest(cfg, prompts, reports)
+                kernels = store.get_meta("cpu_kernels")
+                return {**board_manifest(cfg, prompts, reports), **({"cpu_kernels": kernels} if kernels else {})}
         assert judge is not None
         return imported_manifest(judge, prompts, [r.as_dict() for r in stored_reports(store, judge)])
 
