@@ -54,9 +54,10 @@ def test_the_page_never_receives_a_model_name_before_the_session_ends(tmp_path):
         page = client.get("/")
         assert "script-src 'self'" in page.headers["content-security-policy"]
         assert page.headers["x-content-type-options"] == "nosniff"
-        cookie = begin(client, "ann").headers["set-cookie"]
+        started = begin(client, "ann")
+        cookie = started.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-        said, prompts = [], []
+        said, prompts = [started.text, client.get("/api/session").text], []
         for n in range(12):
             got = client.get("/api/next")
             said.append(got.text)
