@@ -101,6 +101,9 @@ def test_categories_clusters_and_flywheel_rounds_when_the_workspace_has_them(tmp
     assert "Test set clusters" not in page.read_text() and "Flywheel rounds" not in page.read_text()
     with Store(ws) as store:
         prompts = store.get_prompts("test")
+        # a prompt of cluster c1 carries markup: it is c1's sample prompt and a point's hover text
+        prompts[0] = prompts[0].model_copy(update={"turns": [f"planted {EVIL} prompt"], "cluster": "c1"})
+        store.put_prompts("test", prompts)
         store.set_meta("testset/cluster_map", {"method": "pca", "n_total": 60, "points": [
             {"id": prompts[i].id if i < len(prompts) else f"x{i}", "x": i % 7, "y": i // 7, "cluster": f"c{i % 3}",
              "selected": i < len(prompts)} for i in range(60)]})
@@ -140,7 +143,10 @@ def test_categories_clusters_and_flywheel_rounds_when_the_workspace_has_them(tmp
     parsed.feed(text)
     assert "Test set clusters" in parsed.h2 and "Flywheel rounds" in parsed.h2
     assert parsed.tags.count("circle") >= 3 + 60 + 3  # CI plot, cluster points, legend
-    assert "example &lt;b&gt;0&lt;/b&gt;" in text or "What is" in text  # sample prompts, escaped
+    # sample prompts, escaped: c0 and c2 show their stored example, c1 its planted prompt (table and hover)
+    assert "example &lt;b&gt;0&lt;/b&gt;" in text and "example &lt;b&gt;2&lt;/b&gt;" in text
+    assert "example <b>" not in text and "example &lt;b&gt;1&lt;/b&gt;" not in text
+    assert text.count("planted &lt;script&gt;alert(1)&lt;/script&gt; prompt") == 2 and EVIL not in text
     assert "ref-&lt;i&gt;a&lt;/i&gt;" in text and "<i>a</i>" not in text
     assert "polyline" in parsed.tags  # the loss curve
     joined = " ".join(parsed.text)
