@@ -164,22 +164,44 @@ def test_sft_baselines_all_random_longest(arena):
     assert len(everything) == 8 and {it.selection for it in everything} == {"all"}
     rnd = select_sft("random", prompts, answers, battles, seed=3, **kw)
     assert len(rnd) == len(judged) == 2 and {it.selection for it in rnd} == {"random"}
+    pool = [it.model_dump(exclude={"selection"}) for it in everything]
+    assert all(it.model_dump(exclude={"selection"}) in pool for it in rnd) and rnd[0] != rnd[1]
     assert [it.model_dump() for it in rnd] == [it.model_dump() for it in select_sft("random", prompts, answers,
                                                                                    battles, seed=3, **kw)]
-    longest = select_sft("longest", prompts, answers, battles, size=3, **kw)
-    assert len(longest) == 3 and {it.selection for it in longest} == {"longest"}
+    # references' answers of distinct lengths: the three longest of the eight are taken, longest first
+    length = {("p1", R1): 4, ("p2", R1): 11, ("p3", R1): 2, ("p4", R1): 8,
+              ("p1", R2): 9, ("p2", R2): 1, ("p3", R2): 6, ("p4", R2): 12}
+    sized = [a if a.model == T else answer(a.prompt_id, a.model, "x" * length[a.prompt_id, a.model]) for a in answers]
+    longest = select_sft("longest", prompts, sized, battles, size=3, **kw)
+    assert [(it.prompt_id, it.source_model) for it in longest] == [("p4", R2), ("p2", R1), ("p1", R2)]
+    assert [it.messages[-1]["content"] for it in longest] == ["x" * 12, "x" * 11, "x" * 9]
+    assert {it.selection for it in longest} == {"longest"}
     with pytest.raises(ValueError, match="unknown SFT selection"):
         select_sft("best", prompts, answers, battles, **kw)
 
 
-def test_pair_baselines():
+def test_pair_baselines_all_random_longest():
     prompts = [prompt(f"p{i}") for i in range(6)]
-    answers = [answer(p.id, m, m * (i + 1)) for i, p in enumerate(prompts) for m in (T, R1)]
+    # (target's length, ref-a's length): gaps 7, 28, 0, 19, 4, 11, the longer side sometimes one, sometimes the other
+    lengths = [(10, 3), (2, 30), (7, 7), (20, 1), (5, 9), (1, 12)]
+    answers = [answer(p.id, m, "x" * n) for p, ns in zip(prompts, lengths) for m, n in zip((T, R1), ns)]
     battles = [battle(p.id, T, R1, i % 3, 10 - i) for i, p in enumerate(prompts)]
-    judged = select_pairs("pair_judge", prompts, answers, battles, models=[T, R1], k=1.0)
-    everything = select_pairs("all", prompts, answers, battles, models=[T, R1])
-    assert len(everything) >= len(judged)
-    rnd = select_pairs("random", prompts, answers, battles, models=[T, R1], seed=1)
-    assert len(rnd) == len(judged) and {p.selection for p in rnd} == {"random"}
+    # ref-a wins every prompt, by 10, 8, 6, 7, 5, 3: the judge's k=5 keeps p0-p3, "all" keeps every prompt
+    judged = select_pairs("pair_judge", prompts, answers, battles, models=[T, R1], k=5.0)
+    assert [p.prompt_id for p in judged] == ["p0", "p1", "p2", "p3"]
+    everything = select_pairs("all", prompts, answers, battles, models=[T, R1], k=5.0)
+    assert [(p.prompt_id, p.chosen_model, p.selection) for p in everything] == [(f"p{i}", R1, "all") for i in range(6)]
+    # random: as many as the judge kept, distinct, drawn from the whole pool, the same for the same seed
+    rnd = select_pairs("random", prompts, answers, battles, models=[T, R1], k=5.0, seed=1)
+    assert len({p.prompt_id for p in rnd}) == len(rnd) == 4 and {p.selection for p in rnd} == {"random"}
+    pool = {p.prompt_id: p.model_dump(exclude={"selection"}) for p in everything}
+    assert all(p.model_dump(exclude={"selection"}) == pool[p.prompt_id] for p in rnd)
+    assert rnd == select_pairs("random", prompts, answers, battles, models=[T, R1], k=5.0, seed=1)
+    # the two largest length gaps (p1: 28, p3: 19), each with its longer answer chosen and shorter rejected
     longest = select_pairs("longest", prompts, answers, battles, models=[T, R1], size=2)
-    assert len(longest) == 2 and all(len(p.chosen[0]["content"]) > len(p.rejected[0]["content"]) for p in longest)
+    assert sorted((p.prompt_id, p.chosen_model, p.rejected_model) for p in longest) == [("p1", R1, T), ("p3", T, R1)]
+    assert sorted((len(p.chosen[0]["content"]), len(p.rejected[0]["content"])) for p in longest) == [(20, 1), (30, 2)]
+    assert {p.selection for p in longest} == {"longest"}
+    # a tie in length (p2) is never a pair, however many are asked for
+    assert sorted(p.prompt_id for p in select_pairs("longest", prompts, answers, battles, models=[T, R1],
+                                                     size=6)) == ["p0", "p1", "p3", "p4", "p5"]
