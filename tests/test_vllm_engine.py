@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 
 import pytest
@@ -83,7 +84,10 @@ models:
 """)
     proc = subprocess.run([*ARENA, "answer", str(cfg), "-w", str(tmp_path / "ws")], capture_output=True, text=True,
                           timeout=120)
-    assert proc.returncode == 2 and "engine 'vllm' needs vLLM" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    # the config's check, before any work: the extra, its pip command, and what to do without a GPU
+    assert re.search(r"needs 'vllm' for model 'a' .*pip install 'arena-learning\[vllm\]'.*vllm serve MODEL.*"
+                     r"engine: openai", proc.stderr), proc.stderr
 
 
 @pytest.mark.skipif(cuda(), reason="a CUDA GPU is present: the no-GPU message cannot show")

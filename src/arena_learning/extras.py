@@ -34,6 +34,8 @@ class Extra:
     """The top-level imports that tell it is installed (all of them must import)."""
     dists: tuple[str, ...]
     """The distributions it brings, for ``arena doctor``'s versions."""
+    instead: str = ""
+    """What to do where the extra cannot be installed (said after the pip command)."""
 
     def missing(self) -> list[str]:
         """Return the modules of this extra that cannot be imported here (none: it is installed)."""
@@ -60,7 +62,9 @@ EXTRAS: dict[str, Extra] = {e.name: e for e in (
           "(with data)", ("torch", "transformers", "trl", "peft", "accelerate", "gguf", "datasets"),
           ("torch", "transformers", "trl", "peft", "accelerate", "gguf")),
     Extra("ray", "battles spread over a Ray cluster (scale.backend: ray, `arena run --ray`)", ("ray",), ("ray",)),
-    Extra("vllm", "in-process vLLM (engine: vllm); Linux with a CUDA GPU", ("vllm",), ("vllm",)),
+    Extra("vllm", "in-process vLLM (engine: vllm); Linux with a CUDA GPU", ("vllm",), ("vllm",),
+          "without a CUDA GPU here, serve the model elsewhere (`vllm serve MODEL`) and use engine: openai with "
+          "base_url: http://HOST:8000/v1"),
     Extra("anthropic", "Anthropic's Messages and Batches APIs (engine: anthropic)", ("anthropic",), ("anthropic",)),
     Extra("tracking", "training curves for TensorBoard (training.report_to: tensorboard)", ("tensorboardX",),
           ("tensorboardX",)),
@@ -137,7 +141,9 @@ def require_for(cfg: object, command: str, also: dict[str, str] | None = None) -
     missing = {extra: why for extra, why in wanted.items() if EXTRAS[extra].missing()}
     if missing:
         what = "; ".join(f"'{extra}' for {why}" for extra, why in missing.items())
-        raise MissingExtra(f"{command} needs {what}, not installed: pip install 'arena-learning[{','.join(missing)}]'")
+        instead = "".join(f"; or, {EXTRAS[extra].instead}" for extra in missing if EXTRAS[extra].instead)
+        raise MissingExtra(f"{command} needs {what}, not installed: pip install 'arena-learning[{','.join(missing)}]'"
+                           + instead)
 
 
 def installed() -> dict[str, dict[str, str | None]]:

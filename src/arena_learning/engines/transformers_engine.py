@@ -108,7 +108,8 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> Path:
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as err:  # pragma: no cover - dependencies
             raise EngineError(
-                "engine 'transformers' needs transformers, torch and gguf: pip install transformers gguf"
+                "engine 'transformers' needs the 'train' extra (transformers, torch, gguf): "
+                "pip install 'arena-learning[train]'"
             ) from err
         tmp = out.parent / f".{out.name}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -117,7 +118,8 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> Path:
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         except ImportError as err:
             raise EngineError(
-                f"loading a GGUF into transformers needs the 'gguf' package: pip install gguf ({err})"
+                f"loading a GGUF into transformers needs the 'train' extra's gguf: pip install 'arena-learning[train]' "
+                f"({err})"
             ) from err
         except (OSError, ValueError, RuntimeError) as err:
             raise EngineError(f"transformers could not load the GGUF {gguf}: {err}") from err
@@ -218,7 +220,8 @@ def load_model(folder: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
         try:
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as err:  # pragma: no cover - dependencies
-            raise EngineError("engine 'transformers' needs transformers: pip install transformers") from err
+            raise EngineError("engine 'transformers' needs the 'train' extra (transformers, torch): "
+                              "pip install 'arena-learning[train]'") from err
         # A folder retrained in place replaces its older entry (the old weights are never asked again).
         _MODELS.drop(lambda k: k[0] == key[0])
         try:

@@ -34,7 +34,8 @@ from .model_cache import ModelCache
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm")
 _MODELS: ModelCache[tuple[Any, ...], Any] = ModelCache()  # (model, n_ctx, dtype, seed, engine_args) -> its vllm.LLM
 
-NO_VLLM = ("engine 'vllm' needs vLLM, which is not installed: pip install vllm (Linux with a CUDA GPU). Without a "
+NO_VLLM = ("engine 'vllm' needs vLLM, which is not installed: pip install 'arena-learning[vllm]' (or pip install vllm; "
+           "Linux with a CUDA GPU). Without a "
            "GPU here, serve the model elsewhere (`vllm serve MODEL`) and use engine: openai with base_url: "
            "http://HOST:8000/v1")
 

@@ -381,8 +381,8 @@ def answer_tokens_only_on_cpu() -> Iterator[None]:
     import trl.trainer.utils as trl_utils
 
     if not callable(getattr(trl_utils, "_use_triton", None)):
-        raise RuntimeError("trl.trainer.utils._use_triton is gone: this TRL is not the pinned 1.16.0 "
-                           "(pip install -e . reinstalls the pinned one)")
+        raise RuntimeError("trl.trainer.utils._use_triton is gone from this TRL: the training is tested with the "
+                           "version constraints.txt names (PIP_CONSTRAINT=constraints.txt pip install -e '.[train]')")
     scores_compact = trl_utils._use_triton
 
     def compact_here(device: Any) -> bool:
@@ -415,7 +415,8 @@ def tokenizers_fingerprinted_by_name() -> Iterator[None]:
     full = fingerprint.update_fingerprint
     if arrow_dataset.update_fingerprint is not full:
         raise RuntimeError("datasets.arrow_dataset.update_fingerprint is not datasets.fingerprint's: this datasets "
-                           "is not the one the project installs (pip install -e . reinstalls it)")
+                           "is not one the training is tested with (PIP_CONSTRAINT=constraints.txt pip install -e "
+                           "'.[train]' installs that one)")
 
     def named(tok: PreTrainedTokenizerBase) -> str:
         return f"{type(tok).__name__} {tok.name_or_path} {len(tok)} {tok.chat_template!r}"
