@@ -1,17 +1,24 @@
 """benchmarks/bench_check.py: figures measured now against their last record in a results log.
 
-The comparison runs on a log written here (benchmarks/results.py's own format), never on the
-benchmarks themselves: what is pinned is which figures are named as regressions.
+The comparison runs on a log written here (benchmarks/results.py's own format): what is pinned is
+which figures are named as regressions. The benchmarks bench_check runs are run too (the quick ones
+as it runs them, the battle stage once, the report on a small workspace), to pin that each prints
+every figure bench_check compares, and records them only when asked (--record).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import load_benchmark
+from .conftest import load_benchmark, shared
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,14 +85,56 @@ def test_emitted_figures_round_trip_and_record_only_on_request(tmp_path, capsys)
         results.emit("c", 1.0, "s", "faster", "x")  # type: ignore[arg-type]  # the mistake under test
 
 
-def test_every_headline_benchmark_of_bench_check_prints_its_figures_and_takes_record():
-    # each script bench_check runs emits the figures bench_check expects of it and has --record (a plain run
-    # appends nothing)
+def _bench(name: str):
+    return next(b for b in bench_check.BENCHES if b.name == name)
+
+
+def _printed(bench, args: tuple[str, ...]) -> set[str]:
+    """Run ``bench`` with ``args`` as bench_check runs it (a subprocess) and return the figures it printed."""
+    figures, _, said = bench_check.run_bench(dataclasses.replace(bench, args=args))
+    assert said is not None, f"{bench.script.name} could not run"
+    return {f.figure for f in figures}
+
+
+def test_every_headline_benchmark_of_bench_check_takes_record():
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     for bench in bench_check.BENCHES:
-        text = bench.script.read_text(encoding="utf-8")
-        assert '"--record"' in text, bench.script.name
-        for figure in bench.figures:
-            assert f'emit("{figure}"' in text, (bench.script.name, figure)
+        ran = subprocess.run([sys.executable, str(bench.script), "--help"], capture_output=True, text=True, env=env)
+        assert ran.returncode == 0, (bench.script.name, ran.stderr)
+        assert re.search(r"^\s+--record\s", ran.stdout, re.M), (bench.script.name, ran.stdout)
+
+
+@pytest.mark.parametrize("name", ["import_grades", "ratings"])
+def test_a_quick_headline_benchmark_prints_the_figures_bench_check_expects(name):
+    # run with bench_check's own arguments (a few seconds each): every figure it compares is printed
+    bench = _bench(name)
+    assert _printed(bench, bench.args) == set(bench.figures)
+
+
+@pytest.mark.slow  # 3,000 judge calls against a local server, cold then warm
+def test_the_battle_stage_benchmark_prints_the_figures_bench_check_expects():
+    shared("arena-hard-v0.1", "question.jsonl")
+    bench = _bench("battle_stage")
+    assert _printed(bench, ("--repeat", "1")) == set(bench.figures)
+
+
+def test_the_report_benchmark_prints_its_figures_and_records_them_only_with_record(tmp_path, monkeypatch, capsys):
+    # the script's own main at its default (headline) arguments, on a workspace of 40 prompts and 4 models
+    # instead of 2,223 and 10 (the same records, built by the script's own build), recording to a log here
+    mod = load_benchmark("bench_report")
+    log = tmp_path / "results.jsonl"
+    build = mod.build
+    monkeypatch.setattr(mod, "build", lambda root, n_prompts, n_models: build(root, 40, 4))
+    monkeypatch.setattr(mod, "emit", functools.partial(results.emit, log=log))
+    bench = _bench("report")
+    for extra in ([], ["--record"]):
+        monkeypatch.setattr(sys, "argv", [str(bench.script), "--runs", "1", *extra])
+        assert mod.main() == 0
+        out = capsys.readouterr().out
+        printed = results.parse_emitted(out)
+        assert {f.figure for f in printed} == set(bench.figures), out  # the browser's too: Chromium is required
+        recorded = [f.figure for f in results.history(log)]
+        assert recorded == ([] if not extra else [f.figure for f in printed])
 
 
 def _make_bench() -> str:
