@@ -400,9 +400,8 @@ class TrainingConfig(Section):
         "answer through (the base and every trained stage; training is transformers either way): transformers "
         "(the trained folder itself), or llamacpp: each model's folder exported to GGUF (STAGE/model.gguf, the base "
         "in the arena cache) with the bundled model's metadata and tokenizer, answering with the target's mode, "
-        "prompt_format and params, parallel = batch_size. Measured on 2 cores (docs/results.md): "
-        "about 10x the tokens/s of transformers float32; f16 answers equal float32 transformers' on 32/32 test "
-        "prompts, q4_k_m on 29/32")
+        "prompt_format and params, parallel = batch_size. Several times the tokens/s of transformers float32; "
+        "f16 answers as float32 transformers does, q4_k_m a few answers otherwise (figures: docs/results.md)")
     report_to: Literal["none", "tensorboard", "wandb", "mlflow"] = Field(
         "none", exclude_if=lambda v: v == "none", description="where each stage's trainer reports its losses, as a "
         "run named by round and stage: tensorboard (event files in WORKSPACE/tracking/tensorboard, with the round "
@@ -411,8 +410,8 @@ class TrainingConfig(Section):
         "them goes on the network; none: losses.json only")
     serve_quantize: Literal["f16", "q4_k_m", "f32"] = Field(
         "f16", exclude_if=lambda v: v == "f16", description="serve_as llamacpp: the GGUF's tensor type: f16 "
-        "(answers as transformers float32 does, 540 MB), q4_k_m (llama.cpp's quantizer, the bundled file's type, "
-        "250 MB, a little faster, some answers differ) or f32 (exact, 1.1 GB)")
+        "(answers as transformers float32 does, half f32's size), q4_k_m (llama.cpp's quantizer, the bundled file's "
+        "type, a quarter of f32's size, a little faster, some answers differ) or f32 (exact)")
 
     def settings(self, kind: str, changes: dict[str, Any] | None = None, where: str = "") -> TrainSettings:
         """Return ``kind``'s settings (sft, dpo, rm, rl), with ``changes`` (a sweep variant's) applied and checked."""
