@@ -543,6 +543,31 @@ def test_the_rules_catch_what_they_are_for():
                              ".[dev,ray,models,docs]", ["arena plan examples/flywheel.yaml --flywheel --measure"])
 
 
+def unlisted_modules(layout: str, package: Path) -> list[str]:
+    """Return the packages and modules under ``package`` that the layout page's tree does not name."""
+    (tree,) = [b for _, b in code_blocks(layout) if "src/arena_learning/" in b][:1]
+    named = set(re.findall(r"[\w.-]+/?", tree))
+    out = []
+    for path in sorted(package.rglob("*")):
+        rel = path.relative_to(package)
+        if "__pycache__" in rel.parts or path.name == "__init__.py" or len(rel.parts) > 2:
+            continue
+        if rel.parts[0] in ("judges", "assets") or (len(rel.parts) == 2 and not path.name.endswith(".py")
+                                                     and path.name not in ("assets", "accelerate_configs")):
+            continue
+        name = f"{path.name}/" if path.is_dir() else path.name
+        if (path.is_dir() or path.suffix == ".py") and name not in named:
+            out.append(str(rel) + ("/" if path.is_dir() else ""))
+    return out
+
+
+def test_the_layout_page_names_every_package_and_module():
+    package = ROOT / "src" / "arena_learning"
+    layout = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    assert not unlisted_modules(layout, package)
+    assert unlisted_modules(layout.replace(" gaps.py", " "), package) == ["rating/gaps.py"]  # the control
+
+
 def test_every_page_has_the_title_of_its_nav_entry():
     assert not title_mismatches(nav_titles())
 
