@@ -68,6 +68,10 @@ def _comments(path: Path) -> str:
     return "\n".join(out)
 
 
+def _raw(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
 def _text(name: str) -> str:
     """Return what the rules read of ``name``: a page without its generated blocks, or a config's comments."""
     path = ROOT / name
@@ -465,6 +469,49 @@ def title_mismatches(nav: list[tuple[str, str]]) -> list[str]:
             for title, page in nav if page != "index.md" and _title(ROOT / "docs" / page).strip() != title.strip()]
 
 
+# The glossary's words: a manual page links each to the glossary where it first uses it (the pattern finds a use).
+GLOSSARY_TERMS = {
+    "canaries": r"\bcanar(?:y|ies)\b", "ci-rank": r"\bCI ranks?\b", "slices": r"\bslices?\b",
+    "teacher-ladder": r"\bteacher ladder\b", "the-flywheels-world": r"\bflywheel's world\b",
+    "surface-rules": r"\bsurface (?:rules?|polic(?:y|ies))\b", "rest-em": r"\bReST-EM\b",
+    "control-arm": r"\bcontrol arm\b", "per-cpu-family": r"\bper CPU family\b", "ledger": r"\bledger\b",
+    "workspace": r"\bworkspaces?\b", "manifest": r"\bmanifests?\b",
+}
+# Pages the rule leaves: the glossary itself, the generated pages and the record pages.
+GLOSSARY_EXEMPT = {"docs/glossary.md", "docs/commands.md", "docs/reference/config.md"}
+
+
+def _masked(text: str) -> tuple[str, list[tuple[int, int]]]:
+    """Return ``text`` with what is not prose blanked (code, headings, comments, link addresses), same length,
+    and the spans of link texts."""
+    out = text
+
+    def blank(m: re.Match) -> str:
+        return re.sub(r"[^\n]", " ", m[0])
+
+    for pattern in (r"<!-- generated: .*?<!-- end generated -->", r"<!--.*?-->", r"^```.*?^```"):
+        out = re.sub(pattern, blank, out, flags=re.S | re.M)
+    for pattern in (r"`[^`]+`", r"^#.*$", r"^!!!.*$", r"(?<=\])\([^)]*\)", r"https?://\S+", r"^--8<--.*$"):
+        out = re.sub(pattern, blank, out, flags=re.M)
+    links = [(m.start(), m.end()) for m in re.finditer(r"\[[^\]]*\]", out)]
+    return out, links
+
+
+def unlinked_terms(text: str) -> list[tuple[str, int, int]]:
+    """Return (glossary anchor, start, end) of each glossary word whose first use in ``text`` links nowhere."""
+    prose, links = _masked(text)
+    out = []
+    for anchor, pattern in GLOSSARY_TERMS.items():
+        m = re.search(pattern, prose, re.I if anchor not in ("rest-em", "ci-rank") else 0)
+        if m and not any(a <= m.start() < b for a, b in links):
+            out.append((anchor, m.start(), m.end()))
+    return out
+
+
+def glossary_links(text: str) -> list[str]:
+    """Return the glossary words whose first use in ``text`` is not a link (to the glossary or to their page)."""
+    return [f"{text[a:b]!r} (first use; link it to glossary.md#{anchor})" for anchor, a, b in unlinked_terms(text)]
+
 def _check(rule: str, name: str) -> list[str]:
     text = _text(name)
     if rule == "banned-words":
@@ -486,10 +533,12 @@ def _check(rule: str, name: str) -> list[str]:
         return notebook_words(text)
     if rule == "paragraphs":
         return long_paragraphs(text)
+    if rule == "glossary":
+        return [] if name in GLOSSARY_EXEMPT else glossary_links(_raw(name))
     raise ValueError(rule)
 
 
-RULES = ("banned-words", "ci-figures", "names", "paths", "config", "anchors", "notebook", "paragraphs")
+RULES = ("banned-words", "ci-figures", "names", "paths", "config", "anchors", "notebook", "paragraphs", "glossary")
 TARGETS = [str(p.relative_to(ROOT)) for p in PAGES] + [str(e.relative_to(ROOT)) for e in EXAMPLES]
 
 # Pages that break a rule now, each being rewritten: each fails its rule as an expected failure until it is fixed
@@ -499,6 +548,7 @@ KNOWN: dict[tuple[str, str], str] = {
     ("docs/flywheel-world.md", "paragraphs"): "being rewritten",
     ("docs/flywheel.md", "paragraphs"): "being rewritten",
     ("docs/guides/read-a-leaderboard.md", "paragraphs"): "being rewritten",
+    ("docs/guides/votes.md", "glossary"): "being rewritten",
     ("docs/judges.md", "paragraphs"): "being rewritten",
     ("docs/models.md", "paragraphs"): "being rewritten",
     ("docs/ratings.md", "paragraphs"): "being rewritten",
@@ -622,6 +672,10 @@ def test_the_manual_rules_catch_what_they_are_for(tmp_path):
     assert notebook_words("```\ngit show 6679ad1:benchmarks/x.py\n```\n") == []  # commands: the paths rule
     assert notebook_words("a message such as `flip rate 100.0% of 6 games`; `git show 6679ad1:x.py`") == [
         "'6679ad1' (a commit)"]
+    assert glossary_links("The ledger keeps calls; the ledger again.") == [
+        "'ledger' (first use; link it to glossary.md#ledger)"]
+    assert not glossary_links("`ledger` in code, then the [ledger](glossary.md#ledger) and the ledger; [The workspace\n"
+                              "and its files](workspace.md) and a workspace; ```\nslices\n```")
     assert long_paragraphs(" ".join(["word"] * 121) + "\n\n" + " ".join(["word"] * 120)) == [
         "121 words: word word word word word word word word ..."]
     assert not long_paragraphs("- " + " ".join(["w"] * 100) + "\n- " + " ".join(["w"] * 100) + "\n\n| " +
