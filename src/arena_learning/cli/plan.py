@@ -26,13 +26,13 @@ PLAN_HELP = (
     "Print what CONFIG (an arena run, or a flywheel config: detected by its rounds and pool, or --flywheel) will "
     "call before running it: answer calls (prompts x models x turns), judge calls by schedule (both orders, per "
     "turn), how many of them the workspace's ledger already holds ('cached': a rerun costs nothing), tokens "
-    "estimated from the prompts (characters / 4; outputs at max_tokens), cost from each model's price_in / "
-    "price_out (synchronous, and 'batch cost' at its price_batch for engines whose APIs sell batches), and "
-    "minutes: each batched llama.cpp model's calls timed from rates measured on this machine "
-    "(--measure measures the config's models first, about 10-30 s each; they are kept in the cache's rates.json); "
-    "for a flywheel, per round and stage, with the training each stage does. Reads the workspace if "
-    "it exists; writes nothing there. --json prints {kind, tokens, lines: [{stage, step, model, calls, cached, "
-    "to_send, tokens_in, tokens_out, cost, cost_batch, seconds, timing, note}], totals (minutes per step), notes}."
+    "estimated from the prompts (characters / 4; outputs at max_tokens), and the cost from each model's price_in / "
+    "price_out (synchronous, and 'batch cost' at its price_batch for engines whose APIs sell batches).\n\n"
+    "Minutes: each batched llama.cpp model's calls timed from rates measured on this machine (--measure measures "
+    "the config's models first; the rates are kept in the cache's rates.json). For a flywheel, per round and "
+    "stage, with the training each stage does. Reads the workspace if it exists; writes nothing there.\n\n"
+    "--json prints {kind, tokens, lines: [{stage, step, model, calls, cached, to_send, tokens_in, tokens_out, "
+    "cost, cost_batch, seconds, timing, note}], totals (minutes per step), notes}."
 )
 
 
