@@ -607,6 +607,57 @@ def test_the_layout_page_names_every_package_and_module():
     assert unlisted_modules(layout.replace(" gaps.py", " "), package) == ["rating/gaps.py"]  # the control
 
 
+CREATES = re.compile(r"arena (?:run|flywheel|answer|battle|import-answers|ingest|testset build|pool build)\b[^`\n]*")
+
+
+def _creates(block: str, workspace: str, seen: frozenset[Path] = frozenset()) -> bool:
+    """Whether ``block`` (with what a page says before it) makes ``workspaces/NAME``: a command that writes it, a
+    config it names whose workspace it is, or a link to a guide that makes it."""
+    name = workspace.removeprefix("workspaces/")
+    if any(workspace in m[0] for m in CREATES.finditer(block)):
+        return True
+    for config in re.findall(r"examples/([\w.-]+\.yaml)", block):
+        path = ROOT / "examples" / config
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+        if isinstance(data, dict) and (data.get("workspace") == workspace or
+                                       (data.get("name") == name and "workspace" not in data)):
+            return True
+    for link in re.findall(r"\]\(([\w./-]+\.md)\)", block):
+        guide = (GUIDES / link).resolve()
+        if guide.is_file() and guide not in seen and guide.parent == GUIDES:
+            if _creates(guide.read_text(encoding="utf-8"), workspace, seen | {guide}):
+                return True
+    return False
+
+
+GUIDES = ROOT / "docs" / "guides"
+
+
+def unmade_workspaces(text: str) -> list[str]:
+    """Return the workspaces a guide uses that neither a step before their first use nor that paragraph makes."""
+    out = []
+    for name in dict.fromkeys(re.findall(r"workspaces/[\w.-]*\w", text)):
+        at = text.index(name)
+        end = text.find("\n\n", at)
+        if not _creates(text[:end if end >= 0 else len(text)], name):
+            out.append(f"{name} (no step before it makes it)")
+    return out
+
+
+@pytest.mark.parametrize("guide", sorted(p.name for p in GUIDES.glob("*.md")))
+def test_every_workspace_a_guide_uses_is_made_by_a_step_before(guide):
+    assert not unmade_workspaces((GUIDES / guide).read_text(encoding="utf-8"))
+
+
+def test_the_workspace_rule_catches_a_workspace_no_step_makes():
+    assert unmade_workspaces("Read it:\n\n```sh\narena leaderboard workspaces/nowhere\n```\n") == [
+        "workspaces/nowhere (no step before it makes it)"]
+    assert not unmade_workspaces("```sh\narena ingest a.jsonl --out workspaces/mine\narena leaderboard "
+                                 "workspaces/mine\n```\n\nThe run of `arena flywheel examples/flywheel.yaml` "
+                                 "(`workspaces/flywheel`); [the endpoints' run](rate-endpoints.md) "
+                                 "(`workspaces/rate-endpoints`).")
+
+
 def test_every_page_has_the_title_of_its_nav_entry():
     assert not title_mismatches(nav_titles())
 
