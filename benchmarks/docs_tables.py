@@ -1,4 +1,5 @@
-"""The docs' measured tables, generated: each one written once, in the results log, and inserted into the pages.
+"""The docs' measured tables and the guides' configs, generated: each written once (in the results log, or in
+``examples/``) and inserted into the pages.
 
 A page (the README, or any page under ``docs/``) holds a generated block between two HTML comments::
 
@@ -11,7 +12,7 @@ and this script writes the block's body from the latest records of ``benchmarks/
 one figure named ``<prefix>.table`` whose note is the table as printed; a block shows the latest such
 record of the first prefix in its list that has one. A new measurement is therefore one appended
 record and one run of this script (``make docs`` runs it); a test fails when a page differs from
-what this script writes.
+what this script writes. A block named ``config-NAME`` holds ``examples/NAME.yaml`` as a YAML code block.
 
 A table is recorded as the program printed it, then what to say about it after a blank line (shown on the
 results page only), e.g. the flywheel quickstart's round table and the figures of the requirements table::
@@ -46,9 +47,25 @@ RESULTS_LINK = "docs/results.md"
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+)[^>]*-->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
 
+CONFIG_BLOCK = "config-"
+"""A block named ``config-NAME`` holds ``examples/NAME.yaml`` whole, as a YAML code block: a guide's complete
+config shows on GitHub too (a snippet include shows there as a bare line), and it cannot drift from the file."""
+
+
 def opening(name: str) -> str:
     """Return the comment that opens the block ``name``."""
-    return f"<!-- generated: {name} (benchmarks/docs_tables.py, from benchmarks/results.jsonl) -->"
+    source = (f"examples/{name.removeprefix(CONFIG_BLOCK)}.yaml" if name.startswith(CONFIG_BLOCK)
+              else "benchmarks/results.jsonl")
+    return f"<!-- generated: {name} (benchmarks/docs_tables.py, from {source}) -->"
+
+
+def _config(name: str) -> str:
+    """Return the code block of the example config a ``config-NAME`` block shows."""
+    path = ROOT / "examples" / f"{name.removeprefix(CONFIG_BLOCK)}.yaml"
+    if not path.is_file():
+        raise ValueError(f"generated block {name!r}: no example config {path.relative_to(ROOT)}")
+    body = path.read_text(encoding="utf-8")
+    return f"```yaml\n{body}{'' if body.endswith(chr(10)) else chr(10)}```\n"
 
 
 @dataclass(frozen=True)
@@ -170,6 +187,8 @@ def render(text: str, page: Path, log: Path = LOG) -> str:
 
     def fill(m: re.Match[str]) -> str:
         name = m["name"]
+        if name.startswith(CONFIG_BLOCK):
+            return f"{opening(name)}\n{_config(name)}{m[4]}"
         if name not in BLOCKS:
             raise ValueError(f"{page}: unknown generated block {name!r}; known: {', '.join(sorted(BLOCKS))}")
         return f"{opening(name)}\n{BLOCKS[name](figures, _link(page))}{m[4]}"

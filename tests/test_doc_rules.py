@@ -771,6 +771,20 @@ def test_a_new_record_changes_the_table_it_feeds(tmp_path):
         tables.render("<!-- generated: nope -->\n<!-- end generated -->\n", page, log)
 
 
+def test_a_config_block_is_the_example_file_whole(tmp_path):
+    """A guide's complete config is generated from examples/: the file as it is, in a YAML block; a stale block or
+    an unknown config is caught."""
+    tables = _bench("docs_tables")
+    page = ROOT / "docs" / "guides" / "x.md"
+    text = f"{tables.opening('config-quickstart')}\nstale\n<!-- end generated -->\n"
+    out = tables.render(text, page, tmp_path / "none.jsonl")
+    body = (ROOT / "examples" / "quickstart.yaml").read_text(encoding="utf-8")
+    assert out == f"{tables.opening('config-quickstart')}\n```yaml\n{body}```\n<!-- end generated -->\n"
+    assert "from examples/quickstart.yaml" in out and "stale" not in out
+    with pytest.raises(ValueError, match="no example config examples/nope.yaml"):
+        tables.render("<!-- generated: config-nope -->\n<!-- end generated -->\n", page, tmp_path / "none.jsonl")
+
+
 def test_the_readmes_config_plans_as_written(tmp_path, monkeypatch):
     """The README's own-models block is a whole run config: it plans with a prompts file beside it."""
     (body,) = [b for lang, b in code_blocks(README.read_text(encoding="utf-8")) if lang == "yaml"]
