@@ -785,6 +785,21 @@ def test_a_config_block_is_the_example_file_whole(tmp_path):
         tables.render("<!-- generated: config-nope -->\n<!-- end generated -->\n", page, tmp_path / "none.jsonl")
 
 
+def test_the_api_pages_examples_run_one_per_module_it_documents(tmp_path, monkeypatch, capsys):
+    """docs/reference/api.md: each module it documents (``::: module``) comes after a Python example, and the
+    examples run in order as one script."""
+    text = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    sections = re.split(r"^::: [\w.]+$", text, flags=re.M)[:-1]
+    assert len(sections) >= 5 and all("```python" in s for s in sections), "a documented module without an example"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for lang, body in code_blocks(text):
+        if lang == "python":
+            exec(compile(body, "docs/reference/api.md", "exec"), namespace)  # the page's own examples, run as written
+    out = capsys.readouterr().out
+    assert "1 big" in out and "big - small: +" in out and out.rstrip().endswith("1 180")
+
+
 def test_the_readmes_config_plans_as_written(tmp_path, monkeypatch):
     """The README's own-models block is a whole run config: it plans with a prompts file beside it."""
     (body,) = [b for lang, b in code_blocks(README.read_text(encoding="utf-8")) if lang == "yaml"]
