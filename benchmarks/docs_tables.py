@@ -163,7 +163,33 @@ def _install_extras(figures: Sequence[Figure], link: str) -> str:
             "(`install.*`).\n")
 
 
+HOSTED_COSTS = (("small", "a small hosted judge"), ("large", "a large hosted judge"))
+PRICED = re.compile(r"judge (?P<model>\S+) at \$(?P<i>[\d.]+) / \$(?P<o>[\d.]+) per million")
+
+
+def _hosted_costs(figures: Sequence[Figure], link: str) -> str:
+    """The cost of a realistic hosted run as ``arena plan`` prices it (the ``hosted_cost.*`` records, each with
+    its plan command): an estimate at list prices, synchronous and through a Batch API."""
+    latest = {f.figure: f for f in figures if f.figure.startswith("hosted_cost.")}
+    lines = ["| judge | list price in / out (per million tokens) | at most, synchronous | at most, Batch API |",
+             "|---|---|---|---|"]
+    for size, label in HOSTED_COSTS:
+        sync, batch = latest.get(f"hosted_cost.{size}_judge.usd"), latest.get(f"hosted_cost.{size}_judge.usd_batch")
+        m = PRICED.search(sync.note) if sync else None
+        judge = f"{label} (`{m['model']}`)" if m else label
+        price = f"${m['i']} / ${m['o']}" if m else "-"
+        cells = [f"${f.value:,.2f}" if f else "-" for f in (sync, batch)]
+        lines.append(f"| {judge} | {price} | {cells[0]} | {cells[1]} |")
+    return ("\n".join(lines) + "\n\n"
+            "Estimates of list prices, not bills: `examples/rate-endpoints.yaml` on arena-hard's 500 questions, two "
+            "models of yours (your own servers, priced at 0) against the imported baseline, every pair judged in both "
+            "orders, the canaries included, outputs counted at `max_tokens` (an upper bound). "
+            f"Each figure's `arena plan` command, with the judge's prices set, is on [the results page]"
+            f"({link}#current-figures).\n")
+
+
 BLOCKS: dict[str, Callable[[Sequence[Figure], str], str]] = {
+    "hosted-costs": _hosted_costs,
     "install-extras": _install_extras,
     "arena-quickstart": lambda figures, link: _table(ARENA, figures, link),
     "flywheel-quickstart": lambda figures, link: _table(FLYWHEEL, figures, link),

@@ -771,6 +771,27 @@ def test_a_new_record_changes_the_table_it_feeds(tmp_path):
         tables.render("<!-- generated: nope -->\n<!-- end generated -->\n", page, log)
 
 
+def test_the_cost_table_shows_the_latest_estimate_of_each_judge(tmp_path):
+    results, tables = _bench("results"), _bench("docs_tables")
+    log = tmp_path / "results.jsonl"
+    page = ROOT / "docs" / "guides" / "x.md"
+    text = f"{tables.opening('hosted-costs')}\n<!-- end generated -->\n"
+    out = tables.render(text, page, log)
+    assert "| a small hosted judge | - | - | - |" in out  # nothing recorded yet
+
+    def add(figure: str, value: float, date: str) -> None:
+        note = "judge gpt-4o-mini at $0.15 / $0.6 per million tokens in / out (list prices)"
+        results.append(dataclasses.replace(results.measured(figure, value, "USD", "lower", "arena plan X", note),
+                                           date=date), log)
+
+    add("hosted_cost.small_judge.usd", 4.0, "2026-12-01")
+    add("hosted_cost.small_judge.usd", 3.55, "2026-12-07")
+    add("hosted_cost.small_judge.usd_batch", 1.77, "2026-12-07")
+    out = tables.render(text, page, log)
+    assert "| a small hosted judge (`gpt-4o-mini`) | $0.15 / $0.6 | $3.55 | $1.77 |" in out
+    assert "| a large hosted judge | - | - | - |" in out and "Estimates of list prices" in out
+
+
 def test_a_config_block_is_the_example_file_whole(tmp_path):
     """A guide's complete config is generated from examples/: the file as it is, in a YAML block; a stale block or
     an unknown config is caught."""
