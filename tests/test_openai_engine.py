@@ -177,20 +177,28 @@ def ledger_rows(store):
 
 
 def test_latency_runs_from_the_send_not_from_the_wait_for_a_slot(tmp_path, scripted_server):
-    delay, n = 0.25, 4
-    srv = scripted_server(replies(("ok", "stop")), delay=delay)
+    # One slot, four requests, each held by the server. By event order alone, each request's latency is at least
+    # the hold (sent before it arrived, read after the hold) and less than the time from the reply before it (after
+    # the previous arrival's hold: the slot frees when a reply is read) to the next arrival (or the run's end).
+    # Counted from the wait for the slot, the later requests' latencies would take in the requests before them.
     import time
 
+    hold, n = 0.2, 4
+    srv = scripted_server(replies(("ok", "stop")), delay=hold)
     with Store(tmp_path) as store:
-        t = time.perf_counter()
+        begin = time.monotonic()
         out = run_requests(store, build_engine(openai_spec(srv.url, concurrency=1)),
                            [chat(f"q{i}") for i in range(n)], show_progress=False)
-        wall = time.perf_counter() - t
+        end = time.monotonic()
         recorded = [row[4] for row in ledger_rows(store)]
-    # One request at a time: the batch takes n delays, but each request took one.
-    assert wall >= n * delay
-    assert all(delay * 0.9 <= c.latency_s < delay * 1.6 for c in out), [c.latency_s for c in out]
-    assert sorted(recorded) == sorted(c.latency_s for c in out)
+    assert srv.peak == 1 and srv.requests == n
+    latency = {f"q{i}": c.latency_s for i, c in enumerate(out)}
+    arrived = [b["messages"][-1]["content"] for b in srv.bodies]  # one at a time: bodies in arrival order
+    after = [begin] + [t + hold for t in srv.arrivals[:-1]]       # the slot is free again no sooner than this
+    before = [*srv.arrivals[1:], end]                               # ... and the next request arrives after
+    for q, free, nxt in zip(arrived, after, before):
+        assert hold <= latency[q] < nxt - free, (q, latency[q], nxt - free)
+    assert sorted(recorded) == sorted(latency.values())
 
 
 @pytest.fixture
