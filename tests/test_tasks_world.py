@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import Counter
 
 import pytest
@@ -67,15 +68,19 @@ def test_no_shortcut_beats_chance_in_any_category():
     assert set(big) == set(CATEGORIES)
     for cat, row in big.items():
         chance = CATEGORY_INFO[cat].chance
+        # the best constant is picked on these very 480 items: three binomial standard deviations above chance
+        # (1.3 points at chance 2%); the structural policies are balanced by construction, so chance itself
+        margin = 3 * math.sqrt(chance * (1 - chance) / 480)
         for policy, share in row.items():
-            assert share <= chance + 0.02, (cat, policy, share, chance)
+            assert share <= chance + (1e-9 if policy in STRUCTURAL else margin), (cat, policy, share, chance)
     # balance is by construction, not by luck: on the quickstart's 24 items per category the structural
-    # policies (positions, yes/no, sort direction) score at most chance exactly
+    # policies (positions, yes/no, sort direction) score at most chance exactly, which leaves no single hit
+    # (1/24 = 4.2%) where chance is below it (arithmetic 2%, reverse 1%, sequence 3%)
     small = policy_exact(generate_tasks(288, seed=0, suite=2))
     for cat, row in small.items():
         chance = CATEGORY_INFO[cat].chance
         for policy in STRUCTURAL:
-            assert row[policy] <= max(chance, 0.0) + 1e-9 or row[policy] <= 0.05, (cat, policy, row[policy])
+            assert row[policy] <= chance + 1e-9, (cat, policy, row[policy], chance)
     assert small["comparison"]["first number"] == small["comparison"]["second number"] == 0.5
     assert small["yes_no"]["yes"] == small["sorting"]["ascending, whatever asked"] == 0.5
 
