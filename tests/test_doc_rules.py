@@ -7,6 +7,12 @@
 - A page names only configs, commands, options, judge folders and pip extras that exist.
 - The README's tables are what the generator writes from ``benchmarks/results.jsonl``; its config block plans;
   ``examples/README.md`` lists every config, and no two configs share a workspace name.
+- A manual, not a notebook: every repository file, script and folder a page names is in the tree; every config key
+  and value in a YAML block or an inline setting is one the config models take; every link to a heading finds it;
+  every page's title is its nav entry; no dates, commits, machine words or measured figures in a page's prose or
+  in the CLI's help; no paragraph over 120 words; each glossary word links to the glossary at its first use; a
+  workspace a guide uses is made by a step before it; the layout page names every module; the API page's
+  examples run. Each rule has a control that plants a case it must catch.
 
 The results page (generated) and a page whose title says it is a record of experiments are out of the rules'
 scope. Pages other helpers are rewriting are marked where they fail now (``KNOWN``), so the list of pages still
