@@ -139,8 +139,12 @@ def test_arena_hard_answers_judged_in_both_orders_with_injection_flagged(served_
     arena("battle", cfg, "-w", ws)
     assert health(served_judge) == before
     assert sqlite3.connect(ws / "arena.db").execute("SELECT COUNT(*) FROM calls").fetchone() == calls
+    # The board rates both models on the battles the verdicts made (at least one parsed), each side of each one.
+    with Store(ws) as store:
+        battles = store.get_battles("tiny")
     board = json.loads(arena("leaderboard", ws, "--json").stdout)
-    assert {r["model"] for r in board} <= {"gpt-4-0314", "sly"}
+    assert len(battles) >= 1 and sorted(r["model"] for r in board) == ["gpt-4-0314", "sly"]
+    assert all(r["battles"] == len(battles) and r["wins"] + r["losses"] + r["ties"] == len(battles) for r in board)
 
 
 def test_mt_bench_two_turn_answers_and_judgments_carry_earlier_turns(served_judge, tmp_path):
