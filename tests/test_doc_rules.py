@@ -481,7 +481,9 @@ GLOSSARY_TERMS = {
     "teacher-ladder": r"\bteacher ladder\b", "the-flywheels-world": r"\bflywheel's world\b",
     "surface-rules": r"\bsurface (?:rules?|polic(?:y|ies))\b", "rest-em": r"\bReST-EM\b",
     "control-arm": r"\bcontrol arm\b", "per-cpu-family": r"\bper CPU family\b", "ledger": r"\bledger\b",
-    "workspace": r"\bworkspaces?\b", "manifest": r"\bmanifests?\b",
+    "workspace": r"\bworkspaces?\b", "manifest": r"\bmanifests?\b", "task-suite": r"\btask suite\b",
+    "verifier": r"\bverifier\b", "harvest": r"\bharvest(?:s|ed|ing)?\b", "style-control": r"\bstyle control\b",
+    "aimed-slices": r"\baimed slices?\b", "paired-delta": r"\bpaired deltas?\b", "judge-folder": r"\bjudge folders?\b",
 }
 # Pages the rule leaves: the glossary itself, the generated pages and the record pages.
 GLOSSARY_EXEMPT = {"docs/glossary.md", "docs/commands.md", "docs/reference/config.md"}
