@@ -13,14 +13,13 @@ import sqlite3
 import subprocess
 import time
 
+import anthropic  # in the `all` extra that `make` installs: its absence fails, never skips
 import pytest
 
 from arena_learning.store import Store
 
 from .conftest import ARENA
 from .test_batch_mode import MODELS, PROMPTS, battle, flaky, judge, ledger, make_workspace, write_config
-
-pytest.importorskip("anthropic", reason="the anthropic extra is not installed: pip install 'arena-learning[anthropic]'")
 
 CALLS = PROMPTS * 3 * 2  # 3 pairs x 2 orders
 
@@ -160,8 +159,6 @@ def test_a_run_stopped_while_its_batch_is_open_resumes_it_by_polling(tmp_path, m
 
 
 def test_the_stand_in_answers_the_sdk_as_the_message_batches_api_does(messages_server):
-    import anthropic
-
     server = messages_server(lambda body: "fine")
     server.hold()
     client = anthropic.Anthropic(api_key="test", base_url=server.base_url, max_retries=0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import anthropic  # noqa: F401 - in the `all` extra that `make` installs: its absence fails, never skips
 import pytest
 
 from arena_learning import pipeline
@@ -22,9 +23,6 @@ from .conftest import Reply
 from .test_judge_runs import config as judge_config
 from .test_judge_runs import scripted_judge
 from .test_judge_runs import workspace as judge_workspace
-
-pytest.importorskip("anthropic", reason="the anthropic extra is not installed: pip install 'arena-learning[anthropic]'")
-
 
 
 def spec(server: MessagesServer, **extra) -> ModelSpec:

@@ -231,7 +231,6 @@ def test_mt_bench_json_round_trip_keeps_counts_stable():
 
 @pytest.mark.slow  # loads a model
 def test_moderation_judge_goes_through_the_engine_and_the_ledger(tmp_path):
-    pytest.importorskip("llama_cpp")
     from arena_learning.config import ModelSpec, SamplingParams
     from arena_learning.curate.filters import build_moderator
     from arena_learning.store import Store

@@ -264,7 +264,6 @@ def one_thread_judge():
 
 @pytest.mark.slow  # loads a model
 def test_difficulty_through_the_bundled_judge_is_cached_in_the_ledger(tmp_path):
-    pytest.importorskip("llama_cpp")
     prompts = [
         P("easy", "Say hello to my friend."),
         P("hard", "Prove that there are infinitely many primes of the form 4k+3."),
@@ -345,7 +344,6 @@ def test_cli_testset_build_writes_the_sets_and_prints_the_tables(tmp_path):
 
 @pytest.mark.slow  # loads a model
 def test_cli_testset_build_with_a_hard_half_from_the_bundled_judge(tmp_path):
-    pytest.importorskip("llama_cpp")
     app = typer.Typer()
     register(app)
     judge = yaml.safe_dump({"hard": {"top_n": 3, "candidates": 6, "judge": one_thread_judge().model_dump()}})

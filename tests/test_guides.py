@@ -193,7 +193,6 @@ def endpoint_run(module_tmp):
     """examples/rate-endpoints.yaml run small: its two endpoints and its judge are `arena serve` processes on
     127.0.0.1 (keys required, read from the variables the config names), four arena-hard questions, the
     baseline's published answers imported. Returns the workspace and the run's output."""
-    pytest.importorskip("llama_cpp")
     questions = _questions(module_tmp)
     serve_cfg = module_tmp / "serve.yaml"
     serve_cfg.write_text(SERVE, encoding="utf-8")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import ray  # in the `all` extra that `make` installs: its absence fails, never skips
 
 from arena_learning import pipeline
 from arena_learning.config import RunConfig, load_config_file
@@ -19,8 +20,6 @@ from arena_learning.scale import scaled
 from arena_learning.store import Store
 
 from .conftest import ARENA, REPO
-
-ray = pytest.importorskip("ray", reason="the Ray backend's tests need Ray: pip install -e '.[ray]' (make test does)")
 
 pytestmark = pytest.mark.slow
 

@@ -76,7 +76,6 @@ def test_trackers_are_pointed_at_the_workspace_offline_and_the_environment_is_pu
 
 
 def test_the_round_table_is_logged_beside_the_losses_one_point_per_round(tmp_path):
-    pytest.importorskip("tensorboardX", reason="the tracking extra is not installed")
     rows = [RoundRow(round=0, model="r0", rating=980.5, ci_low=970.0, ci_high=991.0, sft_examples=40, train_loss=1.25,
                      delta_prev=Delta(vs="base", rating=47.4), exact=ExactAnswers(n=45, of=90),
                      by_model={"r0.0-sft": {"teacher-a": 30, "teacher-b": 10}}),
@@ -95,8 +94,6 @@ def test_the_round_table_is_logged_beside_the_losses_one_point_per_round(tmp_pat
 
 @pytest.mark.slow
 def test_a_short_sft_stage_writes_its_losses_to_tensorboard(tmp_path):
-    if importlib.util.find_spec("tensorboard") is None and importlib.util.find_spec("tensorboardX") is None:
-        pytest.skip("neither tensorboard nor tensorboardX is installed (pip install 'arena-learning[tracking]')")
     run = train.RunOptions(report_to="tensorboard", run_name="round-0/r0.0-sft")
     with tracking("tensorboard", tmp_path / "tracking", run.run_name):
         res = train.train_sft("bundled", sft_items(), tmp_path / "sft", SFTSettings(**TINY), spec=TARGET, run=run)
