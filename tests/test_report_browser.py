@@ -6,8 +6,8 @@ judgments in both orders with explanations, injection flags and failed verdicts.
 load with no console errors, show the same leaderboard as ``arena leaderboard --json``, draw
 its charts, filter battles to the right counts, and show hostile texts as text, running nothing.
 
-Chromium: ``$ARENA_CHROMIUM``, else ``chromium`` on PATH, else ``apt-get install -y chromium`` when
-running as root (CI); otherwise these tests skip and say why.
+Chromium is a requirement of the suite, as Playwright (the dev extra) is: ``$ARENA_CHROMIUM``, else
+``chromium`` on PATH (CI installs Debian's ``chromium``); without it these tests fail and say what to install.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import sync_playwright
 from typer.testing import CliRunner
 
 from arena_learning import pipeline
@@ -60,26 +61,17 @@ def _find_chromium() -> str | None:
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
+    """Return the Chromium binary: a requirement of the suite, as Playwright is; never installed from here."""
     path = _find_chromium()
-    if path is None and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        cmd = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
-        if done.returncode != 0:  # a fresh machine: the package lists first
-            subprocess.run(["apt-get", "update"], capture_output=True, text=True, env=env, timeout=600, check=False)
-            subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
-        path = _find_chromium()
     if path is None:
-        pytest.skip("browser tests need Chromium: `apt-get install -y chromium` (Debian) or set ARENA_CHROMIUM to a "
-                    "Chromium binary; this machine has none and cannot install it")
+        pytest.fail("the browser tests need Chromium and this machine has none: install it (Debian: `apt-get install "
+                    "-y chromium`) or set ARENA_CHROMIUM to a Chromium binary", pytrace=False)
     return path
 
 
 @pytest.fixture(scope="module")  # not session: Playwright's sync API holds an event loop in this thread while open,
 def browser(chromium):          # and later tests call asyncio.run()
-    sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need Playwright's Python package "
-                                   "(pip install -e '.[dev]')")
-    with sync_api.sync_playwright() as pw:
+    with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
         yield b
         b.close()
