@@ -264,6 +264,8 @@ def test_a_flywheel_with_samples_plans_runs_and_resumes_them_through_the_ledger(
         assert again == failed
     state = load_state(state_path(tmp_path / "ws"))
     rec = next(iter(state.stages.values()))
+    # the stage trained on data, every example from a reference or a sample (an empty record would pass a subset)
+    assert rec.examples > 0 and sum(rec.by_model.values()) == rec.examples
     assert set(rec.by_model) <= {"ref-2shot", "student-base-sample0", "student-base-sample1"}
 
 
