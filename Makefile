@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint lock bench bench-check clean llama docs
+.PHONY: demo test test-fast lint lock browser bench bench-check clean llama docs
 
 # constraints.txt: the exact versions the tests and the quickstarts run on (pyproject.toml declares ranges); every pip
 # call of the set-up honours it (PIP_CONSTRAINT), the llama.cpp build's included. torch is its CPU build, which lies
@@ -36,10 +36,18 @@ demo: $(STAMP)
 # --durations=10: every run names its ten slowest tests
 # --dist loadgroup: the tests that share an expensive module or session fixture run on one worker, which builds it
 # once (tests/conftest.py groups them)
-test: lint
+test: lint browser
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=10
 
-test-fast: $(STAMP)
+# the report's and the vote page's browser tests drive Debian's Chromium, headless: installed when absent (as root;
+# otherwise the command to type is printed). ARENA_CHROMIUM names another Chromium
+browser:
+	@command -v chromium >/dev/null || [ -n "$$ARENA_CHROMIUM" ] || { \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+		else echo "the browser tests need Chromium: sudo apt-get install chromium (or set ARENA_CHROMIUM)"; exit 1; fi; }
+
+test-fast: $(STAMP) browser
 	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow"
 
 # ruff (rules and reasons in pyproject.toml) and mypy on src/ (the files of [tool.mypy])
@@ -61,7 +69,8 @@ docs: $(STAMP)
 # only: at five batch sizes that script alone takes about 12 minutes). By hand, not here: bench_draws.py and
 # bench_recipes.py (several full flywheels), bench_plan_minutes.py (a config's real run), check_alpaca_eval_exact.py
 # (needs alpaca_eval's own venv), gpu_check.py (a GPU machine), bench_aim.py (a flywheel's aimed and even arms, two
-# full flywheels), bench_prompt_board.py and bench_rip.py (a finished flywheel's
+# full flywheels), bench_cost.py (arena plan's prices of a hosted run; the shared data), bench_prompt_board.py and
+# bench_rip.py (a finished flywheel's
 # workspace: `python benchmarks/bench_prompt_board.py WS`); bench_check.py is `make bench-check`, docs_tables.py
 # is `make docs`
 BENCH_SCRIPTS := \

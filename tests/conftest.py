@@ -17,6 +17,10 @@ import pytest
 # work split the same way (the same numbers), a fifth less time for two torch tests side by side. Set before torch
 # is imported (OpenMP reads it once) and inherited by every subprocess; a value already set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Every Ray instance the suite starts (the Ray tests', a CLI's --ray local) on 127.0.0.1: Ray otherwise takes the
+# address of the machine's network interface, and the tests' traffic stays on loopback. Ray reads it when imported;
+# inherited by subprocesses.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 # The suite trains and answers in this process as the `arena` command does in its own: with torch's CPU kernels
 # pinned to AVX2 (cpu_isa), which the command sets and importing the package does not; inherited by subprocesses.

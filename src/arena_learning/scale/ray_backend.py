@@ -17,7 +17,9 @@ What stays the same as a local run, and why:
   transformers and vLLM in batches) and returns the batch's results together.
 - **A dead actor loses nothing.** Actors restart (``max_restarts``) and Ray retries the batch
   that was running on the restarted actor; results reach the ledger only when a batch returns,
-  so a batch cut off by the kill is asked again, never recorded twice. A batch that cannot
+  so a batch cut off by the kill is asked again, never recorded twice. A model's replicas are
+  spread over the nodes (``SPREAD``): a node that dies takes its actors with it, and they restart
+  on the nodes left, where their batches run again. A batch that cannot
   finish (restarts exhausted, cluster gone) becomes failed calls, recorded as errors in the
   ledger and retried by the next run.
 
@@ -83,6 +85,12 @@ class EngineHost:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node this actor runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def model_id(self, spec_json: str) -> str:
         """Build the spec's engine (loading its model) and return its ledger identity."""
         return self._engine(spec_json).model_id
@@ -126,6 +134,9 @@ class ActorPool:
             num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_restarts=max_restarts,
             # A batch on an actor that died is run again on the restarted actor.
             max_task_retries=-1 if max_restarts != 0 else 0, max_concurrency=1000,
+            # replicas on as many nodes as can take them: a node that dies takes one replica, not the pool; its
+            # actor restarts on a node left (on one node, the same placement as Ray's default)
+            scheduling_strategy="SPREAD",
         )
         self.actors: list[Any] = []
         self.load: list[int] = []
@@ -162,6 +173,10 @@ class ActorPool:
 
     def pids(self) -> list[int]:
         return self.ray.get([a.pid.remote() for a in self.actors])
+
+    def nodes(self) -> list[str]:
+        """The Ray node of each actor (waits for a restarting one)."""
+        return self.ray.get([a.node_id.remote() for a in self.actors])
 
     def shutdown(self) -> None:
         for actor in self.actors:
