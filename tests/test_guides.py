@@ -4,7 +4,7 @@ Every `arena ...` command a guide shows names an existing command with existing 
 snippet validates; every guide's config in examples/ is planned with `arena plan`; the offline ones run
 small: the endpoints and the judge of examples/rate-endpoints.yaml are `arena serve` processes over the
 bundled model on 127.0.0.1, the chat logs are the ShareGPT sample in ../shared/data, and the leaderboard
-guide's commands run on the small workspace the endpoint run leaves.
+guide's commands run on a small quickstart run and on the small workspace the endpoint run leaves.
 """
 
 from __future__ import annotations
@@ -308,22 +308,60 @@ def test_flywheel_my_model_is_planned_and_prints_its_launches(tmp_path, monkeypa
 
 # ---- 4. read a leaderboard and a judge report ------------------------------------------------------------
 
-@pytest.mark.slow  # on the endpoint run's workspace (the fixture above)
-def test_the_leaderboard_guides_commands_run_on_a_small_workspace(endpoint_run, tmp_path):
-    """Every command the page gives to type runs on the small endpoint workspace (the page's outputs come from
-    such a run), its workspace path replaced and a redirect written under tmp_path."""
-    ws, _ = endpoint_run
-    page = (GUIDES / "read-a-leaderboard.md").read_text(encoding="utf-8")
+LEADERBOARD = GUIDES / "read-a-leaderboard.md"
+FAILING = "## When the canaries fail"
+
+
+def _outputs(text: str) -> list[str]:
+    return [body for lang, body in code_blocks(text) if lang == "text"]
+
+
+def test_the_leaderboard_guide_teaches_on_the_quickstarts_run_and_shows_a_failing_judge_apart():
+    """The walk-through reads workspaces/quickstart (examples/quickstart.yaml: its models, its test set, the
+    verifier, canaries off by design); the LLM-judged run whose judge failed its canaries is only in the section
+    on what to do then, with its FAILED manifest and its warning."""
+    page = LEADERBOARD.read_text(encoding="utf-8")
+    assert FAILING in page
+    main, failing = page.split(FAILING, 1)
+    main_ws = set(re.findall(r"workspaces/[\w.-]*\w", main))
+    assert main_ws == {"workspaces/quickstart"}, main_ws
+    assert "arena run examples/quickstart.yaml" in main  # the step that makes it
+    quick = yaml.safe_load((EXAMPLES / "quickstart.yaml").read_text(encoding="utf-8"))
+    assert quick["judge"]["kind"] == "verifier" and "workspace" not in quick and quick["name"] == "quickstart"
+    board = _outputs(main)[0]
+    shown = re.findall(r"^\s+\d+\s+\d+\s+(\S+)\s+\d", board, flags=re.M)
+    assert sorted(shown) == sorted(m["name"] for m in quick["models"]), shown
+    assert f"test set {quick['tasks']['n']} prompts" in board
+    assert re.search(r"^manifest: judge verifier \(verifier\);.*canaries off", board, flags=re.M), board
+    for body in _outputs(main):
+        assert "FAILED" not in body and "failed its canaries" not in body, body
+    failed = _outputs(failing)
+    assert failed and "canaries FAILED" in failed[0] and "failed its canaries" in failed[0]
+    assert set(re.findall(r"workspaces/[\w.-]*\w", failing)) == {"workspaces/rate-endpoints",
+                                                                  "workspaces/quickstart"}
+    assert "(rate-endpoints.md)" in failing.split("workspaces/rate-endpoints", 1)[0]  # the guide that makes it
+
+
+@pytest.mark.slow  # the quickstart run small, and the endpoint run's workspace (the fixture above)
+def test_the_leaderboard_guides_commands_run_on_small_workspaces(endpoint_run, tmp_path):
+    """Every command the page gives to type runs: on workspaces/quickstart a small run of the quickstart (the
+    page's outputs come from the full one), on workspaces/rate-endpoints the small endpoint workspace (its
+    outputs come from such a run), a redirect written under tmp_path."""
+    quick = tmp_path / "quickstart"
+    proc = subprocess.run([*ARENA, "run", str(EXAMPLES / "quickstart.yaml"), "-w", str(quick), "--set", "tasks.n=24",
+                           "--set", "ratings.bootstrap=10"], capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    wss = {"workspaces/quickstart": str(quick), "workspaces/rate-endpoints": str(endpoint_run[0])}
     ran = set()
-    for lang, body in code_blocks(page):
+    for lang, body in code_blocks(LEADERBOARD.read_text(encoding="utf-8")):
         if lang != "sh":
             continue
         for line in body.splitlines():
             command, _, redirect = line.partition(" > ")
-            words = [str(ws) if w.startswith("workspaces/") else w for w in shlex.split(command)[1:]]
+            words = [wss[w] if w.startswith("workspaces/") else w for w in shlex.split(command)[1:]]
             words = [str(tmp_path / w) if w.endswith(".json") else w for w in words]
             res = invoke(*words)
             if redirect:
                 (tmp_path / redirect.strip()).write_text(res.stdout, encoding="utf-8")
             ran.add(" ".join(expand(line)[0][0]))
-    assert {"leaderboard", "judge-audit", "compare"} <= ran
+    assert {"leaderboard", "judge-audit", "compare", "prompt-board"} <= ran
