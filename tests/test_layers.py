@@ -243,10 +243,11 @@ def test_the_program_sets_the_collector_for_a_run_and_runs_the_cli():
     import subprocess
     import sys
 
-    code = ("import gc, sys; sys.argv = ['arena', '--help']\n"
+    # (a command's own --help: `arena --help` alone lists the commands without importing them, tests/test_cli_listing)
+    code = ("import gc, sys; sys.argv = ['arena', 'run', '--help']\n"
             "from arena_learning.__main__ import main\n"
             "try:\n    main()\nexcept SystemExit as e:\n"
             "    print(e.code, gc.get_threshold(), gc.get_freeze_count() > 1000)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(PKG.parent), "PATH": ""})
-    assert "battle" in out.stdout and out.stdout.strip().endswith("0 (50000, 20, 10) True"), out.stdout + out.stderr
+    assert "--workspace" in out.stdout and out.stdout.strip().endswith("0 (50000, 20, 10) True"), out.stdout + out.stderr

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import EngineError
 from .identity import file_digest, model_files
-from .model_names import HubName, is_split
+from .name_forms import HubName, is_split
 
 __all__ = ["gguf_file", "snapshot_folder"]
 

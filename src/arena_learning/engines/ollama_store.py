@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import EngineError
 from .identity import file_digest
-from .model_names import OllamaName
+from .name_forms import OllamaName
 
 __all__ = ["model_blob", "store_dir"]
 
