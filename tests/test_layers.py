@@ -250,4 +250,5 @@ def test_the_program_sets_the_collector_for_a_run_and_runs_the_cli():
             "    print(e.code, gc.get_threshold(), gc.get_freeze_count() > 1000)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(PKG.parent), "PATH": ""})
-    assert "--workspace" in out.stdout and out.stdout.strip().endswith("0 (50000, 20, 10) True"), out.stdout + out.stderr
+    assert "--workspace" in out.stdout, out.stdout + out.stderr
+    assert out.stdout.strip().endswith("0 (50000, 20, 10) True"), out.stdout + out.stderr
