@@ -247,9 +247,9 @@ def test_a_damaged_hub_blob_and_a_changed_registered_file_are_refused(offline_hu
 
 def test_without_huggingface_hub_a_repo_id_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as on the core install: the import fails
-    with pytest.raises(MissingExtra, match=r"'org/m-GGUF:Q4_K_M' is a Hugging Face repo id, which needs the 'local' "
-                                           r"extra \(huggingface_hub not installed\): pip install "
-                                           r"'arena-learning\[local\]'"):
+    with pytest.raises(MissingExtra, match=r"'org/m-GGUF:Q4_K_M' \(a Hugging Face repo id; or give the model's "
+                                           r"path\) needs the 'local' extra \(huggingface_hub not installed\): "
+                                           r"pip install 'arena-learning\[local\]'"):
         resolve_model_path("org/m-GGUF:Q4_K_M")
 
 

@@ -73,19 +73,16 @@ EXTRAS: dict[str, Extra] = {e.name: e for e in (
 
 _EXTRA_OF_MODULE: dict[str, str] = {m: e.name for e in EXTRAS.values() for m in e.modules}
 # packages that an extra brings beside the ones that mark it (an import of one of them names that extra)
-_EXTRA_OF_MODULE.update({"safetensors": "train", "huggingface_hub": "local", "datasets": "data"})
+_EXTRA_OF_MODULE.update({"safetensors": "train", "datasets": "data"})
 
 
 class MissingExtra(ArenaError):
     """A command or config needs an extra that is not installed."""
 
 
-def require(extra: str, needed_for: str) -> None:
-    """Raise MissingExtra, naming ``extra`` and its pip command, unless it is installed (``needed_for``: what asked)."""
-    e = EXTRAS[extra]
-    missing = e.missing()
-    if missing:
-        raise MissingExtra(f"{needed_for} needs the '{extra}' extra ({', '.join(missing)} not installed): {e.pip}")
+def lacking(extra: str, module: str, needed_for: str) -> MissingExtra:
+    """Return the one-line error for ``needed_for``, which could not import ``module`` of ``extra``."""
+    return MissingExtra(f"{needed_for} needs the '{extra}' extra ({module} not installed): {EXTRAS[extra].pip}")
 
 
 def missing_extra(err: ModuleNotFoundError, needed_for: str = "this command") -> MissingExtra | None:
@@ -93,9 +90,7 @@ def missing_extra(err: ModuleNotFoundError, needed_for: str = "this command") ->
     of the extras' packages (a real bug, to be shown as such)."""
     top = (err.name or "").split(".")[0]
     extra = _EXTRA_OF_MODULE.get(top)
-    if extra is None:
-        return None
-    return MissingExtra(f"{needed_for} needs the '{extra}' extra ({top} not installed): {EXTRAS[extra].pip}")
+    return None if extra is None else lacking(extra, top, needed_for)
 
 
 def needed(cfg: object) -> dict[str, str]:
@@ -104,6 +99,8 @@ def needed(cfg: object) -> dict[str, str]:
     backend, TensorBoard tracking."""
     from pydantic import BaseModel
 
+    from .config import PromptsConfig
+    from .curate.settings import SourceSpec
     from .engine_kinds import ENGINE_KINDS
 
     out: dict[str, str] = {}
@@ -114,7 +111,7 @@ def needed(cfg: object) -> dict[str, str]:
             kind = ENGINE_KINDS.get(engine) if isinstance(engine, str) else None
             if kind is not None and kind.extra is not None:
                 out.setdefault(kind.extra, f"model {name!r} (engine: {engine})")
-            path = getattr(node, "path", None) if type(node).__name__ in ("PromptsConfig", "SourceSpec") else None
+            path = node.path if isinstance(node, (PromptsConfig, SourceSpec)) else None
             if isinstance(path, str) and (path.lower().endswith((".parquet", ".pq")) or Path(path).is_dir()):
                 out.setdefault("data", f"reading {path}")
             if getattr(node, "backend", None) == "ray":
@@ -150,13 +147,14 @@ def installed() -> dict[str, dict[str, str | None]]:
     """Return, for each extra installed here, its distributions' versions (None: that one is absent)."""
     out: dict[str, dict[str, str | None]] = {}
     for e in EXTRAS.values():
-        versions = {d: _version(d) for d in e.dists}
+        versions = {d: dist_version(d) for d in e.dists}
         if (e.modules and not e.missing()) or (not e.modules and all(versions.values())):
             out[e.name] = versions
     return out
 
 
-def _version(dist: str) -> str | None:
+def dist_version(dist: str) -> str | None:
+    """Return the installed version of distribution ``dist``, or None."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

@@ -10,21 +10,13 @@ import platform
 import shutil
 import subprocess
 import sys
-from importlib import metadata
 from typing import Any
 
-from ..extras import EXTRAS, installed
+from ..extras import EXTRAS, dist_version, installed
 from .llama_build import BUILD_TAG, wheel_dir
 from .llama_check import build_fingerprint, check_llama, cpu_info, library_dir
 
 WIDE_FEATURES = ("AVX512", "AMX", "AVX_VNNI")
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _torch() -> dict[str, Any]:
@@ -123,12 +115,12 @@ def diagnose() -> dict[str, Any]:
                    "implementation": platform.python_implementation()},
         "os": {"platform": platform.platform(), "kernel": platform.release()},
         "cpu": cpu_info(),
-        "arena_learning": _version("arena-learning"),
+        "arena_learning": dist_version("arena-learning"),
         "extras": {name: {"installed": name in have, "versions": have.get(name, {}),
                           "pip": None if name in have else e.pip} for name, e in EXTRAS.items()},
         "gpus": gpus(),
         "llama_cpp": {
-            "version": _version("llama-cpp-python"),
+            "version": dist_version("llama-cpp-python"),
             "library_dir": str(lib) if lib else None,
             "build_fingerprint": build_fingerprint(),
             "system_info": smoke.get("system_info", ""),

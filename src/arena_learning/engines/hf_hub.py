@@ -32,12 +32,10 @@ def _hub(name: HubName) -> Any:
     try:
         import huggingface_hub
     except ImportError as err:
-        from ..extras import EXTRAS, MissingExtra
+        from ..extras import lacking
 
-        raise MissingExtra(
-            f"model {str(name)!r} is a Hugging Face repo id, which needs the 'local' extra (huggingface_hub not "
-            f"installed): {EXTRAS['local'].pip} (or give the model's path)"
-        ) from err
+        raise lacking("local", "huggingface_hub",
+                      f"model {str(name)!r} (a Hugging Face repo id; or give the model's path)") from err
     return huggingface_hub
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -129,12 +130,15 @@ class BattleTable:
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, list[object]]:
     """Return (codes, uniques): each value's index among the distinct values in order of first appearance, as
-    pandas' ``factorize`` gives them (None and NaN are missing: code -1). A dict lookup per value: numpy's
-    ``unique`` sorts, which costs more on strings and loses the order of first appearance."""
-    index: dict[object, int] = {}
-    setdefault = index.setdefault
-    codes = np.fromiter((-1 if v is None or v != v else setdefault(v, len(index)) for v in values),
-                        dtype=np.intp, count=len(values))
+    pandas' ``factorize`` gives them (None and NaN are missing: code -1), without pandas (the core install has none).
+    The distinct values by ``dict.fromkeys`` and the codes by ``map``, both looped in C; numpy's ``unique`` sorts,
+    which costs more on strings and loses the order of first appearance."""
+    index: dict[object, int] = dict.fromkeys(values, -1)  # every value, in order of first appearance
+    for missing in [v for v in index if v is None or v != v]:  # None, NaN
+        del index[missing]
+    for i, v in enumerate(index):
+        index[v] = i
+    codes = np.fromiter(map(index.get, values, repeat(-1)), dtype=np.intp, count=len(values))
     return codes, list(index)
 
 
